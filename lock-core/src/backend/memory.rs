@@ -1,0 +1,180 @@
+//! The embedded backend: leases in this process's memory, with the same
+//! semantics as Redis (owner tokens, expiry, fencing counters, wake on
+//! release). Every [`LockClient::in_memory`](crate::LockClient::in_memory)
+//! client of the process shares one store, the way every client of one Redis
+//! server shares its keys; key prefixes separate namespaces.
+//!
+//! Time is tokio's clock, so tests can run it with `tokio::time::pause()`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
+use crate::error::LockError;
+use crate::waiting::WaitList;
+
+/// Expired entries are swept when the table grows past this many entries
+/// since the last sweep.
+const SWEEP_EVERY: usize = 1024;
+
+#[derive(Debug, Default)]
+struct Table {
+    locks: HashMap<String, Entry>,
+    fences: HashMap<String, u64>,
+    size_after_sweep: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    token: String,
+    expires_at: Instant,
+}
+
+impl Table {
+    /// The live entry of `key`, dropping it if it has expired.
+    fn live(&mut self, key: &str, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get(key).is_some_and(|e| e.expires_at <= now) {
+            self.locks.remove(key);
+        }
+        self.locks.get_mut(key)
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        if self.locks.len() >= self.size_after_sweep + SWEEP_EVERY {
+            self.locks.retain(|_, e| e.expires_at > now);
+            self.size_after_sweep = self.locks.len();
+        }
+    }
+}
+
+/// The process-wide store.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryBackend {
+    table: Mutex<Table>,
+    waiters: WaitList,
+}
+
+static SHARED: LazyLock<Arc<MemoryBackend>> = LazyLock::new(Arc::default);
+
+impl MemoryBackend {
+    /// The store shared by all in-memory clients of this process.
+    pub(crate) fn shared() -> Arc<MemoryBackend> {
+        SHARED.clone()
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // Every update below is complete before anything can panic.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn acquire_now(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Acquired {
+        let now = Instant::now();
+        let mut table = self.table();
+        table.sweep(now);
+        if let Some(entry) = table.live(&keys.lock, now) {
+            if entry.token == token {
+                entry.expires_at = now + ttl;
+                let fence = table.fences.get(&keys.fence).copied().unwrap_or(0);
+                return Acquired::Yes { fence };
+            }
+            return Acquired::Busy {
+                expires_in: Some(entry.expires_at - now),
+            };
+        }
+        let fence = table.fences.entry(keys.fence.clone()).or_insert(0);
+        *fence += 1;
+        let fence = *fence;
+        table.locks.insert(
+            keys.lock.clone(),
+            Entry {
+                token: token.to_owned(),
+                expires_at: now + ttl,
+            },
+        );
+        Acquired::Yes { fence }
+    }
+
+    fn release_now(&self, keys: &LockKeys, token: &str, keep: Duration) -> Owned {
+        let now = Instant::now();
+        {
+            let mut table = self.table();
+            match table.live(&keys.lock, now) {
+                Some(entry) if entry.token == token => {
+                    if !keep.is_zero() {
+                        entry.expires_at = now + keep;
+                        return Owned::Yes;
+                    }
+                    table.locks.remove(&keys.lock);
+                }
+                _ => return Owned::No,
+            }
+        }
+        self.waiters.notify(&keys.channel);
+        Owned::Yes
+    }
+
+    fn renew_now(&self, batch: &[Renewal]) -> Vec<Owned> {
+        let now = Instant::now();
+        let mut table = self.table();
+        batch
+            .iter()
+            .map(|item| match table.live(&item.keys.lock, now) {
+                Some(entry) if entry.token == *item.token => {
+                    entry.expires_at = now + item.ttl;
+                    Owned::Yes
+                }
+                _ => Owned::No,
+            })
+            .collect()
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        let outcome = self.acquire_now(keys, token, ttl);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+        let outcome = self.release_now(keys, token, keep);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+        let outcome = self.renew_now(batch);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn watch<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        // Releases notify `waiters` directly: nothing to subscribe to.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unwatch(&self, _keys: &LockKeys) {}
+
+    fn waiters(&self) -> &WaitList {
+        &self.waiters
+    }
+
+    fn drift(&self, _ttl: Duration) -> Duration {
+        // One clock: the store and the guards read the same one.
+        Duration::ZERO
+    }
+
+    fn describe(&self) -> String {
+        "in-memory".to_owned()
+    }
+}

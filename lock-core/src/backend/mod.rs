@@ -1,0 +1,156 @@
+//! The seam between the lock logic (request, guard, watchdog, waiting) and the
+//! store that holds the leases. One file per backend:
+//!
+//! - [`redis`]: one Redis server (or a primary), through a reconnecting
+//!   `ConnectionManager` and the Lua scripts of [`crate::scripts`];
+//! - [`memory`]: the embedded in-process store with the same semantics.
+//!
+//! A backend only knows Redis keys and owner tokens; reentrancy, validity,
+//! renewal scheduling and waiting policy live above it and are shared by all.
+//!
+//! # Data layout
+//!
+//! A lock named `K` under the prefix `P` (default `leasehold:`) uses:
+//!
+//! | Redis name | type | content |
+//! | --- | --- | --- |
+//! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars); its TTL is the lease |
+//! | `P{K}:fence` | string (integer) | the fencing counter, `INCR`ed once per acquisition; it does not expire |
+//! | `P{K}:released` | pub/sub channel | a message on each release (`SPUBLISH` on Cluster) |
+//!
+//! The braces make `K` the hash tag, so all three live in one cluster slot.
+
+pub(crate) mod memory;
+pub(crate) mod redis;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::LockError;
+use crate::waiting::WaitList;
+
+/// A boxed, `Send` future: backends are used as `dyn Backend`.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The Redis names of one lock (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The key as the user gave it, for error messages.
+    pub(crate) name: String,
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
+        LockKeys {
+            name: name.to_owned(),
+            lock: format!("{prefix}{{{name}}}:lock"),
+            fence: format!("{prefix}{{{name}}}:fence"),
+            channel: format!("{prefix}{{{name}}}:released"),
+        }
+    }
+}
+
+/// What one acquisition attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The lock is ours, with this fencing token.
+    Yes { fence: u64 },
+    /// Someone else holds it; their lease runs out in `expires_in` (`None`: no expiry set).
+    Busy { expires_in: Option<Duration> },
+}
+
+/// The outcome of renewing (or extending, or releasing) one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owned {
+    /// It was ours, and the operation was applied.
+    Yes,
+    /// It is not ours any more (expired, or another owner's).
+    No,
+    /// The lock key holds a value of another type.
+    WrongType,
+}
+
+impl Owned {
+    pub(crate) fn from_code(code: i64) -> Owned {
+        match code {
+            1 => Owned::Yes,
+            -1 => Owned::WrongType,
+            _ => Owned::No,
+        }
+    }
+
+    /// `Ok(())` when owned, else the precise error for this lock.
+    pub(crate) fn into_result(self, keys: &LockKeys) -> Result<(), LockError> {
+        match self {
+            Owned::Yes => Ok(()),
+            Owned::No => Err(LockError::NotHeld {
+                key: keys.name.clone(),
+            }),
+            Owned::WrongType => Err(wrong_type(keys, &keys.lock)),
+        }
+    }
+}
+
+pub(crate) fn wrong_type(keys: &LockKeys, redis_key: &str) -> LockError {
+    LockError::WrongType {
+        key: keys.name.clone(),
+        redis_key: redis_key.to_owned(),
+    }
+}
+
+/// One lease in a renewal batch.
+#[derive(Debug, Clone)]
+pub(crate) struct Renewal {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+}
+
+/// A store of leases. Every method is one atomic, owner-checked operation,
+/// safe to retry after a lost reply.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Take the lock for `ttl` if it is free (or already ours with this token).
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>>;
+
+    /// Give the lock back if it is ours: delete it and notify waiters, or with
+    /// a non-zero `keep`, leave it (still ours) to expire after `keep`.
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Owned, LockError>>;
+
+    /// Reset the expiry of each lease that is still ours to its `ttl`, in as
+    /// few round trips as the backend allows. One result per item, in order.
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>>;
+
+    /// Make sure release notifications for this lock reach [`Backend::waiters`]
+    /// (subscribe if this is the first waiter). Resolves once they will.
+    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// The waiter that called [`Backend::watch`] is gone.
+    fn unwatch(&self, keys: &LockKeys);
+
+    /// The local wake-up list, keyed by release channel.
+    fn waiters(&self) -> &WaitList;
+
+    /// The margin subtracted from a lease to allow for clock drift between
+    /// this process and the server(s).
+    fn drift(&self, ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// The server(s), credentials redacted, for messages and `Debug`.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,391 @@
+//! One Redis server (standalone, or the primary of a replicated set).
+//!
+//! Commands go through redis-rs's [`ConnectionManager`], which reconnects by
+//! itself after a restart. It reports the error of the command that hit the
+//! broken connection instead of resending it, so every script here is safe to
+//! send again (see [`crate::scripts`]); the retry policy lives in the request.
+//!
+//! Release notifications arrive on one extra RESP3 connection per client,
+//! opened on the first wait, shared by all waiters, resubscribed after
+//! reconnects, and subscribed per lock only while someone waits for it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, RedisError};
+use tokio::sync::{OnceCell, mpsc, oneshot};
+
+use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, wrong_type};
+use crate::client::ConnectOptions;
+use crate::error::{LockError, redact_url};
+use crate::scripts;
+use crate::waiting::WaitList;
+
+/// Leases per renewal script call: large enough that 10,000 leases cost a
+/// handful of calls, small enough that one call stays well under a millisecond
+/// of server time.
+const RENEW_CHUNK: usize = 1000;
+
+pub(crate) struct RedisBackend {
+    conn: ConnectionManager,
+    /// For the subscriber connection, opened on the first wait.
+    client: redis::Client,
+    options: ConnectOptions,
+    server: String,
+    waiters: Arc<WaitList>,
+    subscriber: OnceCell<mpsc::UnboundedSender<SubscriberOp>>,
+}
+
+impl RedisBackend {
+    pub(crate) async fn connect(
+        url: &str,
+        options: &ConnectOptions,
+    ) -> Result<RedisBackend, LockError> {
+        let server = redact_url(url);
+        let client = open_client(url, &server)?;
+        let conn = connect_manager(client.clone(), options, &server, None).await?;
+        Ok(RedisBackend {
+            conn,
+            client,
+            options: options.clone(),
+            server,
+            waiters: Arc::default(),
+            subscriber: OnceCell::new(),
+        })
+    }
+
+    fn error(&self, err: RedisError) -> LockError {
+        backend_error(&self.server, err)
+    }
+
+    async fn subscriber(&self) -> Result<&mpsc::UnboundedSender<SubscriberOp>, LockError> {
+        self.subscriber
+            .get_or_try_init(|| async {
+                let (push_tx, push_rx) = mpsc::unbounded_channel();
+                let conn = connect_manager(
+                    resp3(&self.client, &self.server)?,
+                    &self.options,
+                    &self.server,
+                    Some(push_tx),
+                )
+                .await?;
+                let (ops_tx, ops_rx) = mpsc::unbounded_channel();
+                let actor = Subscriber {
+                    conn,
+                    server: self.server.clone(),
+                    waiters: self.waiters.clone(),
+                    refs: HashMap::new(),
+                };
+                tokio::spawn(actor.run(ops_rx, push_rx));
+                Ok(ops_tx)
+            })
+            .await
+    }
+}
+
+/// Parse a URL into a client, with any error message redacted.
+pub(crate) fn open_client(url: &str, server: &str) -> Result<redis::Client, LockError> {
+    let info = url.into_connection_info().map_err(|e| {
+        LockError::invalid(
+            "url",
+            format!(
+                "`{server}` is not a Redis URL ({:?}); expected redis://, rediss:// or unix://",
+                e.kind()
+            ),
+        )
+    })?;
+    redis::Client::open(info).map_err(|e| backend_error(server, e))
+}
+
+fn resp3(client: &redis::Client, server: &str) -> Result<redis::Client, LockError> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings)).map_err(|e| backend_error(server, e))
+}
+
+/// Open a reconnecting connection; the first connection must succeed within
+/// the connect timeout.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    options: &ConnectOptions,
+    server: &str,
+    push: Option<mpsc::UnboundedSender<redis::PushInfo>>,
+) -> Result<ConnectionManager, LockError> {
+    let mut config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(options.reconnect_retries)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_secs(1));
+    if let Some(push) = push {
+        config = config.set_push_sender(push).set_automatic_resubscription();
+    }
+    match tokio::time::timeout(
+        options.connect_timeout,
+        ConnectionManager::new_with_config(client, config),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(backend_error(server, e)),
+        Err(_) => Err(LockError::Backend {
+            server: server.to_owned(),
+            key: None,
+            message: format!("could not connect within {:?}", options.connect_timeout),
+        }),
+    }
+}
+
+pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
+    let message = if err.is_timeout() {
+        format!("no answer in time ({err})")
+    } else {
+        err.to_string()
+    };
+    LockError::Backend {
+        server: server.to_owned(),
+        key: None,
+        message,
+    }
+}
+
+// The scripts, on any async connection (a single server, one Redlock node, or
+// a cluster connection that routes by key). Cluster and Redlock reuse these.
+
+pub(crate) async fn acquire_on<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Acquired, Result<LockError, RedisError>> {
+    let (code, value): (i64, i64) = scripts::ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(millis(ttl))
+        .invoke_async(con)
+        .await
+        .map_err(Err)?;
+    match code {
+        1 => Ok(Acquired::Yes {
+            fence: u64::try_from(value).unwrap_or(0),
+        }),
+        0 => Ok(Acquired::Busy {
+            expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+        }),
+        _ => Err(Ok(wrong_type(
+            keys,
+            if value == 2 { &keys.fence } else { &keys.lock },
+        ))),
+    }
+}
+
+pub(crate) async fn release_on<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    keep: Duration,
+    publish: &str,
+) -> Result<Owned, RedisError> {
+    let code: i64 = scripts::RELEASE
+        .key(&keys.lock)
+        .arg(token)
+        .arg(if keep.is_zero() { 0 } else { millis(keep) })
+        .arg(&keys.channel)
+        .arg(publish)
+        .invoke_async(con)
+        .await?;
+    Ok(Owned::from_code(code))
+}
+
+pub(crate) async fn renew_on<C: ConnectionLike>(
+    con: &mut C,
+    batch: &[Renewal],
+) -> Result<Vec<Owned>, RedisError> {
+    let mut out = Vec::with_capacity(batch.len());
+    for chunk in batch.chunks(RENEW_CHUNK) {
+        let mut invocation = scripts::RENEW.prepare_invoke();
+        for item in chunk {
+            invocation
+                .key(&item.keys.lock)
+                .arg(&*item.token)
+                .arg(millis(item.ttl));
+        }
+        let codes: Vec<i64> = invocation.invoke_async(con).await?;
+        out.extend(codes.into_iter().map(Owned::from_code));
+    }
+    Ok(out)
+}
+
+/// Whole milliseconds, at least 1 (Redis rejects a zero expiry).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl Backend for RedisBackend {
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            let mut con = self.conn.clone();
+            acquire_on(&mut con, keys, token, ttl)
+                .await
+                .map_err(|e| e.unwrap_or_else(|e| self.error(e)))
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+        Box::pin(async move {
+            let mut con = self.conn.clone();
+            let owned = release_on(&mut con, keys, token, keep, "PUBLISH")
+                .await
+                .map_err(|e| self.error(e))?;
+            if owned == Owned::Yes && keep.is_zero() {
+                // Waiters of this client need no round trip through pub/sub.
+                self.waiters.notify(&keys.channel);
+            }
+            Ok(owned)
+        })
+    }
+
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+        Box::pin(async move {
+            let mut con = self.conn.clone();
+            renew_on(&mut con, batch).await.map_err(|e| self.error(e))
+        })
+    }
+
+    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let ops = self.subscriber().await?;
+            let (ack_tx, ack_rx) = oneshot::channel();
+            if ops
+                .send(SubscriberOp::Subscribe(keys.channel.clone(), ack_tx))
+                .is_err()
+            {
+                return Err(self.subscriber_gone());
+            }
+            ack_rx.await.map_err(|_| self.subscriber_gone())?
+        })
+    }
+
+    fn unwatch(&self, keys: &LockKeys) {
+        if let Some(ops) = self.subscriber.get() {
+            let _ = ops.send(SubscriberOp::Unsubscribe(keys.channel.clone()));
+        }
+    }
+
+    fn waiters(&self) -> &WaitList {
+        &self.waiters
+    }
+
+    fn describe(&self) -> String {
+        self.server.clone()
+    }
+}
+
+impl RedisBackend {
+    fn subscriber_gone(&self) -> LockError {
+        LockError::Backend {
+            server: self.server.clone(),
+            key: None,
+            message: "the release subscriber stopped".to_owned(),
+        }
+    }
+}
+
+pub(crate) enum SubscriberOp {
+    /// One more waiter on this channel; the ack comes once messages flow.
+    Subscribe(String, oneshot::Sender<Result<(), LockError>>),
+    /// One waiter fewer on this channel.
+    Unsubscribe(String),
+}
+
+/// The task that owns the subscriber connection: it counts waiters per
+/// channel, subscribes on the first and unsubscribes after the last (in
+/// order, so the two never cross), and turns messages into local wake-ups.
+struct Subscriber {
+    conn: ConnectionManager,
+    server: String,
+    waiters: Arc<WaitList>,
+    refs: HashMap<String, usize>,
+}
+
+impl Subscriber {
+    async fn run(
+        mut self,
+        mut ops: mpsc::UnboundedReceiver<SubscriberOp>,
+        mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    ) {
+        loop {
+            tokio::select! {
+                op = ops.recv() => match op {
+                    Some(op) => self.apply(op).await,
+                    // The backend (and so every waiter) is gone.
+                    None => return,
+                },
+                Some(push) = pushes.recv() => self.dispatch(push),
+            }
+        }
+    }
+
+    async fn apply(&mut self, op: SubscriberOp) {
+        match op {
+            SubscriberOp::Subscribe(channel, ack) => {
+                let count = self.refs.entry(channel.clone()).or_insert(0);
+                *count += 1;
+                let result = if *count == 1 {
+                    let result = self.conn.subscribe(&channel).await;
+                    if result.is_err() {
+                        self.refs.remove(&channel);
+                    }
+                    result.map_err(|e| backend_error(&self.server, e))
+                } else {
+                    Ok(())
+                };
+                let _ = ack.send(result);
+            }
+            SubscriberOp::Unsubscribe(channel) => {
+                let Some(count) = self.refs.get_mut(&channel) else {
+                    return;
+                };
+                *count -= 1;
+                if *count == 0 {
+                    self.refs.remove(&channel);
+                    if let Err(e) = self.conn.unsubscribe(&channel).await {
+                        tracing::debug!(channel, error = %e, "leasehold: unsubscribe failed");
+                    }
+                }
+            }
+        }
+    }
+
+    fn dispatch(&self, push: redis::PushInfo) {
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let Some(redis::Value::BulkString(channel)) = push.data.first()
+                    && let Ok(channel) = std::str::from_utf8(channel)
+                {
+                    self.waiters.notify(channel);
+                }
+            }
+            // Messages may have been lost while disconnected: let every waiter
+            // look again rather than sleep until the holder's lease ends.
+            PushKind::Disconnection => self.waiters.notify_all(),
+            _ => {}
+        }
+    }
+}

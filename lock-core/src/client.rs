@@ -1,0 +1,230 @@
+//! [`LockClient`]: the entry point, one per backend, cheap to clone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::RedisBackend;
+use crate::error::LockError;
+use crate::request::{LockRequest, validate_ttl};
+use crate::watchdog::Watchdog;
+
+/// The default key prefix: every Redis name leasehold uses starts with it.
+pub const DEFAULT_PREFIX: &str = "leasehold:";
+/// The default lease length.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+/// A handle to a lock backend: one Redis server, a Redis Cluster, a set of
+/// independent masters (Redlock), or the in-process store.
+///
+/// Cheap to clone (an `Arc`): clones share connections, the watchdog, and
+/// reentrancy (a task re-entering a lock through a clone re-enters).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), leasehold_core::LockError> {
+/// use leasehold_core::LockClient;
+/// use std::time::Duration;
+///
+/// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("order:42").ttl(Duration::from_secs(10)).acquire().await?;
+/// // ... work while holding the lock ...
+/// guard.release().await?;
+///
+/// // Or tuned through the builder:
+/// let client = LockClient::builder()
+///     .prefix("billing:locks:")
+///     .default_ttl(Duration::from_secs(10))
+///     .connect_timeout(Duration::from_millis(500))
+///     .connect("redis://:secret@10.0.0.5:6379/2")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: u64,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) prefix: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) watchdog: Watchdog,
+}
+
+/// Timeouts and retries of Redis connections.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) reconnect_retries: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            reconnect_retries: 2,
+        }
+    }
+}
+
+impl LockClient {
+    /// Connect to one Redis server: `redis://[user:password@]host[:port][/db]`,
+    /// `rediss://...` (with the `tls` feature), or `unix:///path/to/redis.sock`.
+    ///
+    /// Fails promptly with [`LockError::Backend`] if the server does not answer
+    /// (after the connect timeout, 2 s by default). Once connected, the client
+    /// reconnects by itself after a restart.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        LockClient::builder().connect(url).await
+    }
+
+    /// The embedded backend: leases live in this process, shared by every
+    /// `in_memory()` client of the process (like clients of one Redis server),
+    /// with the same semantics: TTL, owner tokens, fencing, wake on release.
+    /// For tests and single-process apps.
+    pub fn in_memory() -> LockClient {
+        LockClient::builder().in_memory()
+    }
+
+    /// A builder for the prefix, default TTL and timeouts.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// A request for the lock named `key` (without prefix). Configure it,
+    /// then `acquire`, `try_acquire` or `run` it.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.inner.clone(), key.into())
+    }
+
+    /// The key prefix of this client.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    fn from_backend(backend: Arc<dyn Backend>, builder: &LockClientBuilder) -> LockClient {
+        LockClient {
+            inner: Arc::new(ClientInner {
+                id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
+                backend,
+                prefix: builder.prefix.clone(),
+                default_ttl: builder.default_ttl,
+                watchdog: Watchdog::default(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.inner.backend.describe())
+            .field("prefix", &self.inner.prefix)
+            .field("default_ttl", &self.inner.default_ttl)
+            .finish()
+    }
+}
+
+/// Builds a [`LockClient`] with a custom prefix, default TTL or timeouts.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// use std::time::Duration;
+/// let client = leasehold_core::LockClient::builder()
+///     .prefix("tests:")
+///     .default_ttl(Duration::from_secs(5))
+///     .in_memory();
+/// assert_eq!(client.prefix(), "tests:");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    prefix: String,
+    default_ttl: Duration,
+    options: ConnectOptions,
+    invalid: Option<LockError>,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            default_ttl: DEFAULT_TTL,
+            options: ConnectOptions::default(),
+            invalid: None,
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// The prefix of every Redis name (default `leasehold:`). Must not contain
+    /// `{` or `}` (they delimit the hash tag).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        if prefix.contains(['{', '}']) {
+            self.invalid = Some(LockError::invalid(
+                "prefix",
+                format!("`{prefix}` contains a brace; braces delimit the hash tag"),
+            ));
+        }
+        self.prefix = prefix;
+        self
+    }
+
+    /// The lease length of requests that do not set one (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        if let Err(e) = validate_ttl(ttl) {
+            self.invalid = Some(e);
+        }
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long to wait for a connection to be established (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.options.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for any one reply (default 2 s). A server that does
+    /// not answer in time gives [`LockError::Backend`].
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.options.response_timeout = timeout;
+        self
+    }
+
+    fn check(&self) -> Result<(), LockError> {
+        match &self.invalid {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Connect to one Redis server (see [`LockClient::connect`]).
+    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        self.check()?;
+        let backend = RedisBackend::connect(url, &self.options).await?;
+        Ok(LockClient::from_backend(Arc::new(backend), &self))
+    }
+
+    /// The embedded backend (see [`LockClient::in_memory`]). An invalid prefix
+    /// or TTL given to the builder falls back to the default, with a warning.
+    pub fn in_memory(self) -> LockClient {
+        let builder = match self.check() {
+            Ok(()) => self,
+            Err(error) => {
+                tracing::warn!(%error, "leasehold: invalid builder setting, using the defaults");
+                LockClientBuilder::default()
+            }
+        };
+        LockClient::from_backend(MemoryBackend::shared(), &builder)
+    }
+}

@@ -1,0 +1,230 @@
+//! The one error type of leasehold.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Every variant that concerns one lock carries its `key` (as given to
+/// [`LockClient::lock`](crate::LockClient::lock), without the prefix), and
+/// messages never contain a password: server addresses are shown redacted.
+///
+/// ```
+/// use leasehold_core::LockError;
+///
+/// let err = LockError::Busy { key: "order:42".into() };
+/// assert_eq!(err.to_string(), "lock `order:42` is held by another owner");
+/// assert!(err.is_busy());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock is held by someone else, and it still was when the `wait`
+    /// budget ran out (or there was none).
+    #[error("lock `{key}` is held by another owner")]
+    Busy {
+        /// The lock's key.
+        key: String,
+    },
+
+    /// The lease was lost while the caller relied on it: a renewal was
+    /// refused, or its validity passed without renewal.
+    #[error("lease on lock `{key}` was lost before the work finished")]
+    Lost {
+        /// The lock's key.
+        key: String,
+    },
+
+    /// The caller asked to extend or release a lease that is no longer its
+    /// own: it expired, was released already, or someone else holds it now.
+    #[error("lock `{key}` is not held by this owner (expired, released, or taken by another)")]
+    NotHeld {
+        /// The lock's key.
+        key: String,
+    },
+
+    /// An argument can never work: an empty key, a zero TTL, a malformed URL...
+    #[error("invalid argument `{name}`: {reason}")]
+    InvalidArgument {
+        /// The name of the argument (`key`, `ttl`, `url`, ...).
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// `#[distributed_lock]` without `client = ...` ran before
+    /// [`set_global_client`](crate::set_global_client) was called.
+    #[error(
+        "no global LockClient: call leasehold::set_global_client(..) at startup, or pass `client = ..`"
+    )]
+    NoGlobalClient,
+
+    /// A Redis key used by the lock holds a value of another type, written by
+    /// something other than leasehold. Nothing was overwritten.
+    #[error(
+        "lock `{key}`: Redis key `{redis_key}` holds a value of the wrong type (not written by leasehold); nothing was changed"
+    )]
+    WrongType {
+        /// The lock's key.
+        key: String,
+        /// The Redis key that has the unexpected type.
+        redis_key: String,
+    },
+
+    /// The backend failed: Redis unreachable, a timeout, a protocol or script
+    /// error. `server` names the server without any password.
+    #[error("redis backend error on {server}{}: {message}", key_suffix(.key))]
+    Backend {
+        /// The server, as `redis://user:***@host:port/db` (credentials redacted).
+        server: String,
+        /// The lock's key, when the failure concerned one lock.
+        key: Option<String>,
+        /// What failed.
+        message: String,
+    },
+
+    /// Redlock could not get a majority of the masters to agree in time.
+    #[error(
+        "redlock quorum not reached for lock `{key}`: {reached} of {nodes} nodes agreed, {needed} needed{}",
+        validity_note(.validity_left)
+    )]
+    Quorum {
+        /// The lock's key.
+        key: String,
+        /// How many nodes granted the operation.
+        reached: usize,
+        /// How many were needed (N/2 + 1).
+        needed: usize,
+        /// How many nodes there are.
+        nodes: usize,
+        /// When a majority answered but too late: the validity left (zero).
+        validity_left: Option<Duration>,
+    },
+}
+
+fn key_suffix(key: &Option<String>) -> String {
+    match key {
+        Some(k) => format!(" (lock `{k}`)"),
+        None => String::new(),
+    }
+}
+
+fn validity_note(left: &Option<Duration>) -> &'static str {
+    match left {
+        Some(_) => " (a majority agreed, but the acquisition took longer than the lease)",
+        None => "",
+    }
+}
+
+impl LockError {
+    /// `true` for [`LockError::Busy`]: someone else holds the lock.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, LockError::Busy { .. })
+    }
+
+    /// `true` for [`LockError::Lost`] and [`LockError::NotHeld`]: the lease is gone.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. } | LockError::NotHeld { .. })
+    }
+
+    /// `true` when the backend could not be reached or did not answer
+    /// ([`LockError::Backend`], [`LockError::Quorum`]): retrying later may help.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, LockError::Backend { .. } | LockError::Quorum { .. })
+    }
+
+    /// The lock's key, when the error concerns one lock.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Busy { key }
+            | LockError::Lost { key }
+            | LockError::NotHeld { key }
+            | LockError::WrongType { key, .. }
+            | LockError::Quorum { key, .. } => Some(key),
+            LockError::Backend { key, .. } => key.as_deref(),
+            LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
+        }
+    }
+
+    pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
+        LockError::InvalidArgument {
+            name,
+            reason: reason.into(),
+        }
+    }
+
+    /// Attach the lock key to a backend error that did not know it.
+    pub(crate) fn with_key(self, lock_key: &str) -> Self {
+        match self {
+            LockError::Backend {
+                server,
+                key: None,
+                message,
+            } => LockError::Backend {
+                server,
+                key: Some(lock_key.to_owned()),
+                message,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Redact the password of a Redis URL: `redis://u:secret@h:1/0` becomes
+/// `redis://u:***@h:1/0`. Anything that is not a URL with credentials is
+/// returned as it is.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let redacted_userinfo = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        // `redis://secret@host` puts the password in the user position.
+        None => "***".to_owned(),
+    };
+    format!(
+        "{}{}@{}",
+        &url[..scheme_end + 3],
+        redacted_userinfo,
+        &rest[at + 1..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_url("redis://user:pw@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://:pw@host"), "redis://:***@host");
+        assert_eq!(redact_url("rediss://pw@host/1"), "rediss://***@host/1");
+        assert_eq!(redact_url("redis://host:1/2"), "redis://host:1/2");
+        assert_eq!(redact_url("redis://u:p@ss:w@host/"), "redis://u:***@host/");
+        assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+    }
+
+    #[test]
+    fn messages_name_the_key() {
+        let e = LockError::Backend {
+            server: "redis://h:1".into(),
+            key: None,
+            message: "timed out".into(),
+        }
+        .with_key("k");
+        assert_eq!(
+            e.to_string(),
+            "redis backend error on redis://h:1 (lock `k`): timed out"
+        );
+        assert_eq!(e.key(), Some("k"));
+    }
+}

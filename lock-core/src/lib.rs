@@ -1,0 +1,66 @@
+//! The core of [leasehold](https://docs.rs/leasehold): distributed locks on
+//! Redis that are honest about being *leases*.
+//!
+//! Most users depend on the `leasehold` facade crate, which re-exports this
+//! crate and the `#[distributed_lock]` attribute. See [`LockClient`] to start.
+//!
+//! # Guarantees
+//!
+//! - **Owner tokens.** Each acquisition gets an unguessable 128-bit token;
+//!   only its owner can extend or release, so a holder whose lease expired
+//!   never deletes the next holder's lock.
+//! - **Atomicity.** Every check-then-act is one Lua script (acquire, release,
+//!   renew/extend), safe to resend after a lost reply.
+//! - **Validity.** A guard knows its deadline (start of the acquire request +
+//!   TTL − clock drift); past it, without renewal, [`LockGuard::is_held`] is
+//!   false and [`LockGuard::lost`] resolves.
+//! - **Reentrancy.** A task that already holds a lock (through the same
+//!   client) re-acquires it at once, with no round trip; only its last guard
+//!   releases. A spawned task is a different owner. See [`fencing_token`].
+//! - **Watchdog.** With `renew(true)`, one task per client renews all leases
+//!   in batches every TTL/3; a refused renewal marks the guard lost at once.
+//! - **Waiting without polling.** Waiters wake on the release (pub/sub, or
+//!   in-process for releases through the same client) or when the holder's
+//!   lease runs out.
+//! - **Fencing.** [`LockGuard::fencing_token`] strictly increases for
+//!   successive holders of a key (one Redis counter per key, kept without
+//!   expiry: one small key per distinct lock name). It is as durable as the
+//!   server's data: a `FLUSHALL`, or a restart or failover that loses writes,
+//!   can reset it.
+//! - **Failure is explicit.** Every failure is a [`LockError`]; nothing in
+//!   the library panics on bad input or a broken server.
+//!
+//! The Redis data layout is documented in the `backend` module source: for a
+//! lock `K` and the default prefix, `leasehold:{K}:lock` (owner token, with
+//! the lease as TTL), `leasehold:{K}:fence` (the fencing counter) and the
+//! channel `leasehold:{K}:released`. Lock keys may not contain `}`.
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod fallback;
+mod global;
+mod guard;
+mod lease;
+mod reentrancy;
+mod request;
+mod scripts;
+mod token;
+mod waiting;
+mod watchdog;
+
+pub use client::{DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder};
+pub use error::LockError;
+pub use fallback::LockFallback;
+pub use global::set_global_client;
+pub use guard::LockGuard;
+pub use reentrancy::fencing_token;
+pub use request::LockRequest;
+
+/// Items used by the code `#[distributed_lock]` generates. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::client::LockClient;
+    pub use crate::global::global_client;
+}

@@ -1,0 +1,21 @@
+-- Renew many leases at once (the watchdog's batch) or one (extend).
+--
+-- KEYS[i]       the lock key of lease i
+-- ARGV[2i - 1]  the owner token of lease i
+-- ARGV[2i]      the new lease length of lease i, in milliseconds (counted from now)
+--
+-- Returns one integer per lease: 1 renewed, 0 not ours (gone, or another
+-- owner's: the lease is lost), -1 the key holds a value of another type
+local result = {}
+for i = 1, #KEYS do
+  local holder = redis.pcall('GET', KEYS[i])
+  if type(holder) == 'table' and holder.err then
+    result[i] = -1
+  elseif holder == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result

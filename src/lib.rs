@@ -1,0 +1,2 @@
+//! leasehold (facade) — placeholder, being written.
+pub use leasehold_core::*;

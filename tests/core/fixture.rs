@@ -1,0 +1,69 @@
+//! One backend under test: a fresh `redis-server`, or the in-memory store
+//! under a prefix of its own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use leasehold::LockClient;
+
+use crate::support::RedisServer;
+
+pub enum Fixture {
+    Redis(RedisServer),
+    Memory { prefix: String },
+}
+
+static NEXT_PREFIX: AtomicU64 = AtomicU64::new(0);
+
+impl Fixture {
+    pub fn redis() -> Fixture {
+        Fixture::Redis(RedisServer::start())
+    }
+
+    pub fn memory() -> Fixture {
+        Fixture::Memory {
+            prefix: format!(
+                "test{}-{}:",
+                std::process::id(),
+                NEXT_PREFIX.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// A new, independent client (its own connections, watchdog, reentrancy).
+    pub async fn client(&self) -> LockClient {
+        match self {
+            Fixture::Redis(server) => LockClient::connect(&server.url())
+                .await
+                .expect("connect to the test redis-server"),
+            Fixture::Memory { prefix } => LockClient::builder().prefix(prefix.clone()).in_memory(),
+        }
+    }
+
+    pub fn server(&self) -> Option<&RedisServer> {
+        match self {
+            Fixture::Redis(server) => Some(server),
+            Fixture::Memory { .. } => None,
+        }
+    }
+}
+
+/// Instantiate each listed `async fn(Fixture)` once per backend:
+/// `name::redis` and `name::memory`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn redis() {
+                    super::$name($crate::fixture::Fixture::redis()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn memory() {
+                    super::$name($crate::fixture::Fixture::memory()).await;
+                }
+            }
+        )*
+    };
+}

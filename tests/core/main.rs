@@ -1,0 +1,11 @@
+//! The core lock against real `redis-server` processes (each test starts its
+//! own) and against the in-memory backend: the semantic tests run on both.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod fixture;
+mod memory_only;
+mod processes;
+mod redis_only;
+mod semantics;

@@ -1,0 +1,297 @@
+//! Behaviour that only a real server has: command counts, FLUSHALL,
+//! restarts, unreachable servers, foreign keys, passwords.
+
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError};
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+
+fn int(v: redis::Value) -> i64 {
+    match v {
+        redis::Value::Int(n) => n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reentry_sends_no_command() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let outer = client.lock("re").acquire().await.unwrap();
+    let before = server.info_field("stats", "total_commands_processed");
+    let mut inner = Vec::new();
+    for _ in 0..50 {
+        inner.push(client.lock("re").acquire().await.unwrap());
+    }
+    for guard in inner {
+        guard.release().await.unwrap();
+    }
+    let after = server.info_field("stats", "total_commands_processed");
+    // `INFO` itself is counted once (the second call's own command).
+    assert_eq!(
+        after - before,
+        1,
+        "re-entries and inner releases talked to Redis"
+    );
+    outer.release().await.unwrap();
+    assert_eq!(server.dbsize(), 1, "only the fence counter is left");
+}
+
+#[tokio::test]
+async fn flushall_while_held_is_noticed_within_a_renewal_period() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_millis(900);
+    let guard = client
+        .lock("flushed")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.flushall();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() resolves after the key vanished");
+    let took = started.elapsed();
+    assert!(!guard.is_held());
+    // Noticed by the next renewal (about ttl/3), well before the validity end.
+    assert!(took < ttl, "noticed only after {took:?}");
+    assert!(matches!(
+        guard.extend(ttl).await,
+        Err(LockError::NotHeld { .. })
+    ));
+}
+
+#[tokio::test]
+async fn another_owner_taking_over_makes_the_renewal_fail() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("stolen")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    server.cmd(&[
+        "SET",
+        "leasehold:{stolen}:lock",
+        "someone-else",
+        "PX",
+        "60000",
+    ]);
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .unwrap();
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    // The other owner's key is intact.
+    assert_eq!(
+        server.cmd(&["GET", "leasehold:{stolen}:lock"]),
+        redis::Value::BulkString(b"someone-else".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn restart_loses_the_guard_and_the_client_recovers() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("restarted")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the guard notices the lost lease");
+    assert!(!guard.is_held());
+    drop(guard);
+    // The same client works again, without being rebuilt. The first command
+    // may hit the broken connection; within a short wait it succeeds.
+    let again = client
+        .lock("restarted")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the client reconnected by itself");
+    assert!(again.is_held());
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_promptly_without_the_password() {
+    let port = crate::support::free_port();
+    let url = format!("redis://alice:hunter2@127.0.0.1:{port}/0");
+    let started = Instant::now();
+    let err = LockClient::connect(&url).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("hunter2"), "password leaked: {shown}");
+    assert!(
+        shown.contains(&format!("127.0.0.1:{port}")),
+        "server not named: {shown}"
+    );
+
+    let err = LockClient::connect("not a url").await.unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "url", .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn server_down_after_connect_gives_backend_errors_naming_the_key() {
+    let mut server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}", server.port());
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .connect(&url)
+        .await
+        .unwrap();
+    server.stop();
+    let err = client.lock("down").acquire().await.unwrap_err();
+    match &err {
+        LockError::Backend { key, .. } => assert_eq!(key.as_deref(), Some("down")),
+        other => panic!("expected Backend, got {other:?}"),
+    }
+    assert!(!format!("{err} {err:?} {client:?}").contains("s3cret"));
+}
+
+#[tokio::test]
+async fn paused_server_times_out_instead_of_hanging() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .response_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    server.pause();
+    let started = Instant::now();
+    let err = client.lock("paused").acquire().await.unwrap_err();
+    let took = started.elapsed();
+    server.resume();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(took < Duration::from_secs(5), "hung for {took:?}");
+}
+
+#[tokio::test]
+async fn wrong_type_is_a_clear_error_and_nothing_is_overwritten() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    server.cmd(&["HSET", "leasehold:{typed}:lock", "field", "precious"]);
+    let err = client.lock("typed").acquire().await.unwrap_err();
+    assert_eq!(
+        err,
+        LockError::WrongType {
+            key: "typed".into(),
+            redis_key: "leasehold:{typed}:lock".into()
+        }
+    );
+    assert_eq!(
+        server.cmd(&["HGET", "leasehold:{typed}:lock", "field"]),
+        redis::Value::BulkString(b"precious".to_vec())
+    );
+
+    // A fence counter that is not a number: refused before the lock is written.
+    server.cmd(&["SET", "leasehold:{fenced}:fence", "not-a-number"]);
+    let err = client.lock("fenced").acquire().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::WrongType { redis_key, .. } if redis_key == "leasehold:{fenced}:fence"),
+        "{err:?}"
+    );
+    assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{fenced}:lock"])), 0);
+    assert_eq!(
+        server.cmd(&["GET", "leasehold:{fenced}:fence"]),
+        redis::Value::BulkString(b"not-a-number".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    client
+        .lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.cmd(&["SCRIPT", "FLUSH"]);
+    client
+        .lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn data_layout_uses_one_hash_tag_and_the_prefix() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .prefix("app:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let guard = client
+        .lock("order:42")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let mut keys = server.keys("*");
+    keys.sort();
+    assert_eq!(keys, ["app:{order:42}:fence", "app:{order:42}:lock"]);
+    let pttl = int(server.cmd(&["PTTL", "app:{order:42}:lock"]));
+    assert!(pttl > 4000 && pttl <= 5000, "{pttl}");
+    assert_eq!(int(server.cmd(&["TTL", "app:{order:42}:fence"])), -1);
+    guard.release().await.unwrap();
+    assert_eq!(server.keys("*"), ["app:{order:42}:fence"]);
+}
+
+#[tokio::test]
+async fn subscriptions_last_only_while_someone_waits() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder.lock("sub").acquire().await.unwrap();
+    let w = waiter.clone();
+    let task =
+        tokio::spawn(async move { w.lock("sub").wait(Duration::from_secs(10)).acquire().await });
+    let channels = || match server.cmd(&["PUBSUB", "NUMSUB", "leasehold:{sub}:released"]) {
+        redis::Value::Array(v) => int(v[1].clone()),
+        other => panic!("{other:?}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while channels() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.release().await.unwrap();
+    task.await.unwrap().unwrap().release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while channels() != 0 {
+        assert!(Instant::now() < deadline, "the waiter never unsubscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,322 @@
+//! A Redis Cluster of N masters (0 replicas) made of [`RedisServer`]s.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::server::{RedisServer, info_lookup, value_to_string};
+
+/// How long formation and slot migration may take before panicking.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(50);
+const SLOTS: u16 = 16384;
+
+fn redis_cli_bin() -> String {
+    std::env::var("LEASEHOLD_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
+/// N cluster-enabled masters on 127.0.0.1 owning all 16384 slots, 0 replicas.
+/// Dropping it kills every node.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes (`--cluster-enabled yes`, own `nodes.conf` in
+    /// own dir, `--cluster-node-timeout 2000`), forms the cluster with
+    /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`
+    /// (by hand with `CLUSTER ADDSLOTSRANGE`/`MEET` when `masters < 3`, which
+    /// redis-cli refuses), and waits until every node reports
+    /// `cluster_state:ok` and knows all nodes (30 s, then panics).
+    pub fn start(masters: usize) -> RedisCluster {
+        assert!(
+            masters >= 1,
+            "RedisCluster::start: need at least one master"
+        );
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let cluster = RedisCluster { nodes };
+        if masters >= 3 {
+            cluster.create_with_redis_cli();
+        } else {
+            cluster.create_by_hand();
+        }
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// The nodes, in start order (index = what `node_for_slot` returns).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// One node, mutably (to `stop`, `restart`, ... it).
+    pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.nodes[index]
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Index of the node currently owning `slot`, as seen (`CLUSTER SLOTS`) by
+    /// the first node that answers.
+    pub fn node_for_slot(&self, slot: u16) -> usize {
+        let mut errors = Vec::new();
+        for i in 0..self.nodes.len() {
+            match self.owner_seen_by(i, slot) {
+                Ok(Some(owner)) => return owner,
+                Ok(None) => errors.push(format!("node {i}: slot {slot} unassigned")),
+                Err(e) => errors.push(format!("node {i}: {e}")),
+            }
+        }
+        panic!(
+            "node_for_slot({slot}): no node could tell: {}",
+            errors.join("; ")
+        );
+    }
+
+    /// Index of the node currently owning `key`'s slot.
+    pub fn node_for_key(&self, key: &str) -> usize {
+        self.node_for_slot(RedisCluster::key_slot(key))
+    }
+
+    /// The node id (`CLUSTER MYID`) of node `index`.
+    pub fn node_id(&self, index: usize) -> String {
+        value_to_string(&self.nodes[index].cmd(&["CLUSTER", "MYID"]))
+    }
+
+    /// Redis Cluster hash slot: CRC16-XMODEM of the key (or of its hash tag,
+    /// the part between the first `{` and the next `}`, when non-empty) mod 16384.
+    pub fn key_slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let hashed = match bytes.iter().position(|&b| b == b'{') {
+            Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+                Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+                _ => bytes,
+            },
+            None => bytes,
+        };
+        crc16_xmodem(hashed) % SLOTS
+    }
+
+    /// Moves `slot` (and its keys) from its current owner to node `to`:
+    /// `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source,
+    /// `MIGRATE` the keys in batches of 100 (`GETKEYSINSLOT`), then
+    /// `SETSLOT NODE` on the target, the source and every other node; returns
+    /// once every node reports `to` as the owner (30 s, then panics).
+    pub fn migrate_slot(&self, slot: u16, to: usize) {
+        assert!(slot < SLOTS, "migrate_slot: slot {slot} out of range");
+        assert!(to < self.nodes.len(), "migrate_slot: no node {to}");
+        let from = self.node_for_slot(slot);
+        if from == to {
+            return;
+        }
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
+        let slot_s = slot.to_string();
+        dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
+        src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+        loop {
+            let keys = match src.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]) {
+                Value::Array(keys) => keys,
+                other => panic!("CLUSTER GETKEYSINSLOT {slot}: unexpected {other:?}"),
+            };
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(dst.port())
+                .arg("")
+                .arg(0)
+                .arg(10_000)
+                .arg("REPLACE")
+                .arg("KEYS");
+            for key in &keys {
+                match key {
+                    Value::BulkString(bytes) => migrate.arg(bytes.as_slice()),
+                    other => panic!("CLUSTER GETKEYSINSLOT {slot}: unexpected key {other:?}"),
+                };
+            }
+            src.query(&migrate).unwrap_or_else(|e| {
+                panic!(
+                    "MIGRATE of {} keys of slot {slot} from node {from} to node {to} failed: {e}",
+                    keys.len()
+                )
+            });
+        }
+        // Target first (it bumps its config epoch), then the source, then the rest.
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            self.nodes[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
+        }
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let views: Vec<Result<Option<usize>, String>> = (0..self.nodes.len())
+                .map(|i| self.owner_seen_by(i, slot))
+                .collect();
+            if views
+                .iter()
+                .all(|v| matches!(v, Ok(Some(owner)) if *owner == to))
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "migrate_slot({slot}, {to}): nodes do not agree after {CLUSTER_TIMEOUT:?}: {views:?}"
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn create_with_redis_cli(&self) {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new(redis_cli_bin())
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli_bin()));
+        if !out.status.success() {
+            panic!(
+                "redis-cli --cluster create {} failed ({}):\n{}\n{}",
+                addrs.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// What `redis-cli --cluster create` does, for 1 or 2 masters.
+    fn create_by_hand(&self) {
+        let n = self.nodes.len();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let start = (usize::from(SLOTS) * i / n).to_string();
+            let end = (usize::from(SLOTS) * (i + 1) / n - 1).to_string();
+            node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &start, &end]);
+            node.cmd(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
+        }
+        let first = self.nodes[0].port().to_string();
+        for node in &self.nodes[1..] {
+            node.cmd(&["CLUSTER", "MEET", "127.0.0.1", &first]);
+        }
+    }
+
+    /// Waits until every node reports `cluster_state:ok`, all 16384 slots
+    /// assigned and all nodes known (30 s, then panics with each node's
+    /// `CLUSTER INFO`). Useful after `nodes()[i].restart()`: a restarted
+    /// master keeps its `nodes.conf` but reports `ok` only ~2 s after start.
+    pub fn wait_until_ok(&self) {
+        let n = self.nodes.len().to_string();
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let infos: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|node| match node.cmd_result(&["CLUSTER", "INFO"]) {
+                    Ok(v) => value_to_string(&v),
+                    Err(e) => format!("error: {e}"),
+                })
+                .collect();
+            let ok = infos.iter().all(|info| {
+                info_lookup(info, "cluster_state") == Some("ok")
+                    && info_lookup(info, "cluster_slots_assigned") == Some("16384")
+                    && info_lookup(info, "cluster_known_nodes") == Some(n.as_str())
+            });
+            if ok {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let report: Vec<String> = infos
+                    .iter()
+                    .zip(&self.nodes)
+                    .map(|(info, node)| format!("--- node {} ---\n{info}", node.port()))
+                    .collect();
+                panic!(
+                    "cluster of {n} not ok after {CLUSTER_TIMEOUT:?}:\n{}",
+                    report.join("\n")
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Owner of `slot` according to node `index`'s `CLUSTER SLOTS`.
+    fn owner_seen_by(&self, index: usize, slot: u16) -> Result<Option<usize>, String> {
+        let reply = self.nodes[index]
+            .cmd_result(&["CLUSTER", "SLOTS"])
+            .map_err(|e| e.to_string())?;
+        let Value::Array(ranges) = reply else {
+            return Err(format!("CLUSTER SLOTS: unexpected {reply:?}"));
+        };
+        for range in &ranges {
+            let Value::Array(items) = range else {
+                return Err(format!("CLUSTER SLOTS: unexpected range {range:?}"));
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (items.first(), items.get(1), items.get(2))
+            else {
+                return Err(format!("CLUSTER SLOTS: unexpected range {items:?}"));
+            };
+            if !(*start..=*end).contains(&i64::from(slot)) {
+                continue;
+            }
+            let Some(Value::Int(port)) = master.get(1) else {
+                return Err(format!("CLUSTER SLOTS: unexpected master {master:?}"));
+            };
+            return self
+                .nodes
+                .iter()
+                .position(|n| i64::from(n.port()) == *port)
+                .map(Some)
+                .ok_or_else(|| format!("CLUSTER SLOTS: owner port {port} is not ours"));
+        }
+        Ok(None)
+    }
+}
+
+impl std::fmt::Debug for RedisCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCluster")
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
+/// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}

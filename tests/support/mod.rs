@@ -1,0 +1,24 @@
+//! Integration-test harness: real `redis-server` processes on free loopback ports.
+//!
+//! Included by test files with `mod support;` and by benchmarks with
+//! `#[path = "../tests/support/mod.rs"] mod support;`. Only std, the `redis`
+//! crate (sync API) and `libc` are used. Every server gets its own temp dir and
+//! is killed (SIGKILL) and cleaned up when dropped.
+//!
+//! * [`RedisServer`]: one standalone (or cluster-enabled) `redis-server`.
+//! * [`RedisCluster`]: N masters, 0 replicas, formed with `redis-cli --cluster create`.
+//! * [`primary_with_replica`]: a primary and a connected replica.
+//! * [`free_port`]: a free port `p` with `p + 10000` free too (cluster bus).
+//!
+//! The system Redis on 6379 is never used: ports are picked in 12000..22000
+//! (bus ports 22000..32000), below the kernel's ephemeral range.
+#![allow(dead_code)]
+
+mod cluster;
+mod server;
+
+// A test file or bench may use only some of these.
+#[allow(unused_imports)]
+pub use cluster::RedisCluster;
+#[allow(unused_imports)]
+pub use server::{RedisServer, free_port, primary_with_replica};
