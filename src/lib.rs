@@ -1,2 +1,83 @@
-//! leasehold (facade) — placeholder, being written.
-pub use leasehold_core::*;
+//! # leasehold
+//!
+//! Distributed locks on Redis that are honest about being **leases**, and an
+//! attribute that makes a scheduled job or an HTTP handler safe to run on
+//! many instances:
+//!
+//! ```
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<leasehold::LockError> for AppError { fn from(_: leasehold::LockError) -> Self { AppError } }
+//! # type UserId = u32;
+//! # type NaiveDate = String;
+//! #[leasehold::distributed_lock(key = "draw:<date>", ttl = "10s", renew)]
+//! async fn draw_winners(date: NaiveDate) -> Result<Vec<UserId>, AppError> {
+//!     // Runs on exactly one instance at a time; the others get
+//!     // Err(AppError::from(LockError::Busy { .. })).
+//!     Ok(vec![7, 42])
+//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! # leasehold::set_global_client(leasehold::LockClient::in_memory());
+//! # assert_eq!(draw_winners("2026-11-21".into()).await.unwrap(), vec![7, 42]);
+//! # }
+//! ```
+//!
+//! ## The 30-second tour
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::{LockClient, LockError};
+//!
+//! # async fn tour() -> Result<(), LockError> {
+//! // One Redis, Redis Cluster, Redlock over independent masters, or in-process.
+//! let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//!
+//! // Take a lock, do the work, give it back.
+//! let guard = client
+//!     .lock("order:42")
+//!     .ttl(Duration::from_secs(10))   // the lease: expires unless renewed
+//!     .renew(true)                    // the watchdog renews it every ttl/3
+//!     .wait(Duration::from_secs(5))   // wait for a busy lock (woken by the release)
+//!     .acquire()
+//!     .await?;                        // Err(LockError::Busy) if still taken after 5 s
+//! let token = guard.fencing_token();  // strictly increasing: pass it to your storage
+//! # let _ = token;
+//! guard.release().await?;             // Err(LockError::NotHeld) if it was lost meanwhile
+//!
+//! // Skip-if-locked: one attempt, None when busy.
+//! if let Some(guard) = client.lock("report").try_acquire().await? {
+//!     // ...
+//! #   drop(guard);
+//! }
+//!
+//! // Acquire, run, release; the body is dropped if the lease is lost.
+//! let total = client.lock("ledger").renew(true).run(async { 40 + 2 }).await?;
+//! # let _ = total;
+//!
+//! // The default client of `#[distributed_lock]`.
+//! leasehold::set_global_client(client);
+//! # Ok(()) }
+//! ```
+//!
+//! ## What a lease guarantees, and what it does not
+//!
+//! See the README's table of guarantees and "Choosing a topology". In short:
+//! only the owner (a 128-bit random token) can extend or release; every
+//! check-then-act is one Lua script; a guard knows its validity deadline and
+//! reports loss ([`LockGuard::is_held`], [`LockGuard::lost`]); a task
+//! re-entering a lock it holds costs no round trip; waiters are woken by the
+//! release, not by polling; and [`LockGuard::fencing_token`] lets a storage
+//! layer reject a holder that was paused past its lease, which is the only
+//! protection against that case.
+
+pub use leasehold_core::{
+    DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
+    LockRequest, fencing_token, set_global_client,
+};
+pub use leasehold_macros::distributed_lock;
+
+/// Items used by the code `#[distributed_lock]` generates. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use leasehold_core::__private::*;
+}

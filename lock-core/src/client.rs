@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
+use crate::backend::redlock::RedlockBackend;
 use crate::error::LockError;
 use crate::request::{LockRequest, validate_ttl};
 use crate::watchdog::Watchdog;
@@ -53,7 +54,24 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) prefix: String,
     pub(crate) default_ttl: Duration,
+    pub(crate) replica_sync: ReplicaSync,
     pub(crate) watchdog: Watchdog,
+}
+
+/// How many replicas must acknowledge an acquisition, and how long to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) replicas: usize,
+    pub(crate) timeout: Duration,
+}
+
+impl Default for ReplicaSync {
+    fn default() -> Self {
+        ReplicaSync {
+            replicas: 0,
+            timeout: Duration::from_secs(1),
+        }
+    }
 }
 
 /// Timeouts and retries of Redis connections.
@@ -83,6 +101,32 @@ impl LockClient {
     /// reconnects by itself after a restart.
     pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         LockClient::builder().connect(url).await
+    }
+
+    /// Connect to N independent Redis masters and lock by majority (Redlock):
+    /// a lock is held when N/2 + 1 masters granted it within its validity.
+    /// Survives the loss of a minority of masters. See the crate docs for what
+    /// fencing tokens mean here.
+    ///
+    /// Fails with [`LockError::Quorum`] if fewer than a majority answer.
+    pub async fn connect_redlock<I, S>(urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        LockClient::builder().connect_redlock(urls).await
+    }
+
+    /// Connect to a Redis Cluster through any of its nodes (the others are
+    /// discovered). Every Redis name of one lock shares a hash tag, so each
+    /// operation runs on one slot; release notifications use sharded pub/sub.
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        LockClient::builder().connect_cluster(urls).await
     }
 
     /// The embedded backend: leases live in this process, shared by every
@@ -116,6 +160,7 @@ impl LockClient {
                 backend,
                 prefix: builder.prefix.clone(),
                 default_ttl: builder.default_ttl,
+                replica_sync: builder.replica_sync,
                 watchdog: Watchdog::default(),
             }),
         }
@@ -150,6 +195,7 @@ pub struct LockClientBuilder {
     prefix: String,
     default_ttl: Duration,
     options: ConnectOptions,
+    replica_sync: ReplicaSync,
     invalid: Option<LockError>,
 }
 
@@ -159,6 +205,7 @@ impl Default for LockClientBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             default_ttl: DEFAULT_TTL,
             options: ConnectOptions::default(),
+            replica_sync: ReplicaSync::default(),
             invalid: None,
         }
     }
@@ -201,6 +248,26 @@ impl LockClientBuilder {
         self
     }
 
+    /// Require every acquisition to reach `replicas` replicas within
+    /// `timeout` (Redis `WAIT` right after the acquire script), failing
+    /// closed: with fewer acknowledgements the lock is released again and
+    /// [`LockError::ReplicaSync`] returned. This narrows the window in which a
+    /// primary that dies before replicating lets a promoted replica grant the
+    /// same lock twice. Requests can override the count with
+    /// [`LockRequest::replica_sync`]. The response timeout is raised above
+    /// `timeout` if needed, since `WAIT` blocks for up to that long.
+    ///
+    /// `WAIT` blocks the client's command connection while it waits, so other
+    /// operations of this client queue behind it: keep `timeout` short.
+    pub fn replica_sync(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replica_sync = ReplicaSync { replicas, timeout };
+        let needed = timeout + Duration::from_secs(1);
+        if replicas > 0 && self.options.response_timeout < needed {
+            self.options.response_timeout = needed;
+        }
+        self
+    }
+
     fn check(&self) -> Result<(), LockError> {
         match &self.invalid {
             Some(e) => Err(e.clone()),
@@ -211,7 +278,33 @@ impl LockClientBuilder {
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.check()?;
-        let backend = RedisBackend::connect(url, &self.options).await?;
+        let backend = RedisBackend::connect(url, &self.options, Arc::default()).await?;
+        Ok(LockClient::from_backend(Arc::new(backend), &self))
+    }
+
+    /// Connect to independent masters (see [`LockClient::connect_redlock`]).
+    pub async fn connect_redlock<I, S>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.check()?;
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let backend = RedlockBackend::connect(&urls, &self.options).await?;
+        Ok(LockClient::from_backend(Arc::new(backend), &self))
+    }
+
+    /// Connect to a Redis Cluster (see [`LockClient::connect_cluster`]).
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster<I, S>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.check()?;
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let backend =
+            crate::backend::cluster::ClusterBackend::connect(&urls, &self.options).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
 

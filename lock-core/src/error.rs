@@ -82,14 +82,29 @@ pub enum LockError {
         message: String,
     },
 
+    /// The lock was acquired, but fewer replicas than required acknowledged
+    /// it in time; it was released again (fail closed).
+    #[error(
+        "lock `{key}`: only {acked} of {needed} required replicas acknowledged the acquisition; released it"
+    )]
+    ReplicaSync {
+        /// The lock's key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: usize,
+        /// Replicas required.
+        needed: usize,
+    },
+
     /// Redlock could not get a majority of the masters to agree in time.
     #[error(
-        "redlock quorum not reached for lock `{key}`: {reached} of {nodes} nodes agreed, {needed} needed{}",
+        "redlock quorum not reached{}: {reached} of {nodes} nodes agreed, {needed} needed{}",
+        key_suffix(.key),
         validity_note(.validity_left)
     )]
     Quorum {
-        /// The lock's key.
-        key: String,
+        /// The lock's key (`None` when connecting).
+        key: Option<String>,
         /// How many nodes granted the operation.
         reached: usize,
         /// How many were needed (N/2 + 1).
@@ -126,10 +141,14 @@ impl LockError {
         matches!(self, LockError::Lost { .. } | LockError::NotHeld { .. })
     }
 
-    /// `true` when the backend could not be reached or did not answer
-    /// ([`LockError::Backend`], [`LockError::Quorum`]): retrying later may help.
+    /// `true` when the backend could not be reached, did not answer, or could
+    /// not replicate in time ([`LockError::Backend`], [`LockError::Quorum`],
+    /// [`LockError::ReplicaSync`]): retrying later may help.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, LockError::Backend { .. } | LockError::Quorum { .. })
+        matches!(
+            self,
+            LockError::Backend { .. } | LockError::Quorum { .. } | LockError::ReplicaSync { .. }
+        )
     }
 
     /// The lock's key, when the error concerns one lock.
@@ -139,8 +158,8 @@ impl LockError {
             | LockError::Lost { key }
             | LockError::NotHeld { key }
             | LockError::WrongType { key, .. }
-            | LockError::Quorum { key, .. } => Some(key),
-            LockError::Backend { key, .. } => key.as_deref(),
+            | LockError::ReplicaSync { key, .. } => Some(key),
+            LockError::Backend { key, .. } | LockError::Quorum { key, .. } => key.as_deref(),
             LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
         }
     }
@@ -153,19 +172,13 @@ impl LockError {
     }
 
     /// Attach the lock key to a backend error that did not know it.
-    pub(crate) fn with_key(self, lock_key: &str) -> Self {
-        match self {
-            LockError::Backend {
-                server,
-                key: None,
-                message,
-            } => LockError::Backend {
-                server,
-                key: Some(lock_key.to_owned()),
-                message,
-            },
-            other => other,
+    pub(crate) fn with_key(mut self, lock_key: &str) -> Self {
+        if let LockError::Backend { key, .. } | LockError::Quorum { key, .. } = &mut self
+            && key.is_none()
+        {
+            *key = Some(lock_key.to_owned());
         }
+        self
     }
 }
 

@@ -55,6 +55,7 @@ pub struct LockRequest {
     renew: bool,
     wait: Duration,
     at_least: Option<Duration>,
+    replicas: usize,
 }
 
 impl std::fmt::Debug for LockRequest {
@@ -65,6 +66,7 @@ impl std::fmt::Debug for LockRequest {
             .field("renew", &self.renew)
             .field("wait", &self.wait)
             .field("at_least", &self.at_least)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -113,6 +115,7 @@ fn validate_key(key: &str) -> Result<(), LockError> {
 impl LockRequest {
     pub(crate) fn new(client: Arc<ClientInner>, key: String) -> LockRequest {
         let ttl = client.default_ttl;
+        let replicas = client.replica_sync.replicas;
         LockRequest {
             client,
             key,
@@ -120,6 +123,7 @@ impl LockRequest {
             renew: false,
             wait: Duration::ZERO,
             at_least: None,
+            replicas,
         }
     }
 
@@ -153,6 +157,15 @@ impl LockRequest {
         self
     }
 
+    /// Require this acquisition to reach `replicas` replicas (Redis `WAIT`),
+    /// overriding the client's [`replica_sync`](crate::LockClientBuilder::replica_sync)
+    /// count; 0 turns it off. Too few acknowledgements within the client's
+    /// sync timeout: the lock is released and [`LockError::ReplicaSync`] returned.
+    pub fn replica_sync(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     /// Take the lock: `Err(LockError::Busy)` if it is still taken after
     /// [`wait`](Self::wait).
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
@@ -172,6 +185,9 @@ impl LockRequest {
         let token: Arc<str> = crate::token::owner_token()?.into();
         let keys = Arc::new(keys);
         let (fence, acquired_at) = self.acquire_loop(&keys, &token).await?;
+        if self.replicas > 0 {
+            self.sync_replicas(&keys, &token).await?;
+        }
         let lease = Arc::new(Lease::new(
             self.client.clone(),
             keys,
@@ -298,6 +314,27 @@ impl LockRequest {
                 None => tokio::time::sleep_until(until).await,
             }
         }
+    }
+
+    /// Fail closed unless enough replicas acknowledged the acquisition.
+    async fn sync_replicas(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
+        let backend = &self.client.backend;
+        let timeout = self.client.replica_sync.timeout;
+        let synced = backend.sync_replicas(keys, self.replicas, timeout).await;
+        if matches!(synced, Ok(acked) if acked >= self.replicas) {
+            return Ok(());
+        }
+        if let Err(error) = backend.release(keys, token, Duration::ZERO).await {
+            tracing::warn!(%error, key = %keys.name, "leasehold: could not release an unreplicated lock; it expires with its lease");
+        }
+        Err(match synced {
+            Ok(acked) => LockError::ReplicaSync {
+                key: keys.name.clone(),
+                acked,
+                needed: self.replicas,
+            },
+            Err(error) => error.with_key(&keys.name),
+        })
     }
 
     /// After a failed attempt whose reply may have been lost, make sure no

@@ -165,6 +165,17 @@ impl Backend for MemoryBackend {
 
     fn unwatch(&self, _keys: &LockKeys) {}
 
+    fn sync_replicas<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        replicas: usize,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        // Nothing to replicate: an in-process lease is as durable as the
+        // process, which is what a synced acquisition asks for.
+        Box::pin(async move { Ok(replicas) })
+    }
+
     fn waiters(&self) -> &WaitList {
         &self.waiters
     }

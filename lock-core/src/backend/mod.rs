@@ -20,8 +20,12 @@
 //!
 //! The braces make `K` the hash tag, so all three live in one cluster slot.
 
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
+pub(crate) mod subscriber;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -141,6 +145,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The waiter that called [`Backend::watch`] is gone.
     fn unwatch(&self, keys: &LockKeys);
+
+    /// Wait until the writes made so far (the acquisition just made) reached
+    /// `replicas` replicas, or `timeout` passed. Returns how many acknowledged.
+    fn sync_replicas<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        _replicas: usize,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        let backend = self.describe();
+        Box::pin(async move {
+            Err(LockError::invalid(
+                "replica_sync",
+                format!("replica sync is not available on {backend}"),
+            ))
+        })
+    }
 
     /// The local wake-up list, keyed by release channel.
     fn waiters(&self) -> &WaitList;

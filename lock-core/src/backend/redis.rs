@@ -7,16 +7,17 @@
 //!
 //! Release notifications arrive on one extra RESP3 connection per client,
 //! opened on the first wait, shared by all waiters, resubscribed after
-//! reconnects, and subscribed per lock only while someone waits for it.
+//! reconnects, and subscribed per lock only while someone waits for it (see
+//! [`super::subscriber`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion, PushKind, RedisError};
-use tokio::sync::{OnceCell, mpsc, oneshot};
+use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
+use tokio::sync::{OnceCell, mpsc};
 
+use super::subscriber::Subscriber;
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, wrong_type};
 use crate::client::ConnectOptions;
 use crate::error::{LockError, redact_url};
@@ -35,32 +36,73 @@ pub(crate) struct RedisBackend {
     options: ConnectOptions,
     server: String,
     waiters: Arc<WaitList>,
-    subscriber: OnceCell<mpsc::UnboundedSender<SubscriberOp>>,
+    subscriber: OnceCell<Subscriber>,
 }
 
 impl RedisBackend {
+    /// Connect; release notifications go to `waiters` (shared by the nodes
+    /// of a Redlock client).
     pub(crate) async fn connect(
         url: &str,
         options: &ConnectOptions,
+        waiters: Arc<WaitList>,
     ) -> Result<RedisBackend, LockError> {
         let server = redact_url(url);
         let client = open_client(url, &server)?;
         let conn = connect_manager(client.clone(), options, &server, None).await?;
-        Ok(RedisBackend {
+        Ok(RedisBackend::with_connection(
+            conn, client, options, server, waiters,
+        ))
+    }
+
+    /// Like [`connect`](Self::connect), but without waiting for the first
+    /// connection: a node that is down now is used once it comes back.
+    pub(crate) fn connect_lazy(
+        url: &str,
+        options: &ConnectOptions,
+        waiters: Arc<WaitList>,
+    ) -> Result<RedisBackend, LockError> {
+        let server = redact_url(url);
+        let client = open_client(url, &server)?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config(options))
+            .map_err(|e| backend_error(&server, e))?;
+        Ok(RedisBackend::with_connection(
+            conn, client, options, server, waiters,
+        ))
+    }
+
+    fn with_connection(
+        conn: ConnectionManager,
+        client: redis::Client,
+        options: &ConnectOptions,
+        server: String,
+        waiters: Arc<WaitList>,
+    ) -> RedisBackend {
+        RedisBackend {
             conn,
             client,
             options: options.clone(),
             server,
-            waiters: Arc::default(),
+            waiters,
             subscriber: OnceCell::new(),
-        })
+        }
+    }
+
+    /// The command connection, for commands beyond the lock scripts.
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// The server, credentials redacted.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
     }
 
     fn error(&self, err: RedisError) -> LockError {
         backend_error(&self.server, err)
     }
 
-    async fn subscriber(&self) -> Result<&mpsc::UnboundedSender<SubscriberOp>, LockError> {
+    async fn subscriber(&self) -> Result<&Subscriber, LockError> {
         self.subscriber
             .get_or_try_init(|| async {
                 let (push_tx, push_rx) = mpsc::unbounded_channel();
@@ -71,15 +113,12 @@ impl RedisBackend {
                     Some(push_tx),
                 )
                 .await?;
-                let (ops_tx, ops_rx) = mpsc::unbounded_channel();
-                let actor = Subscriber {
+                Ok(Subscriber::spawn(
                     conn,
-                    server: self.server.clone(),
-                    waiters: self.waiters.clone(),
-                    refs: HashMap::new(),
-                };
-                tokio::spawn(actor.run(ops_rx, push_rx));
-                Ok(ops_tx)
+                    push_rx,
+                    self.server.clone(),
+                    self.waiters.clone(),
+                ))
             })
             .await
     }
@@ -116,12 +155,7 @@ pub(crate) async fn connect_manager(
     server: &str,
     push: Option<mpsc::UnboundedSender<redis::PushInfo>>,
 ) -> Result<ConnectionManager, LockError> {
-    let mut config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout))
-        .set_response_timeout(Some(options.response_timeout))
-        .set_number_of_retries(options.reconnect_retries)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_secs(1));
+    let mut config = manager_config(options);
     if let Some(push) = push {
         config = config.set_push_sender(push).set_automatic_resubscription();
     }
@@ -139,6 +173,15 @@ pub(crate) async fn connect_manager(
             message: format!("could not connect within {:?}", options.connect_timeout),
         }),
     }
+}
+
+fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(options.reconnect_retries)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_secs(1))
 }
 
 pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
@@ -268,23 +311,33 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn sync_replicas<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        replicas: usize,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
-            let ops = self.subscriber().await?;
-            let (ack_tx, ack_rx) = oneshot::channel();
-            if ops
-                .send(SubscriberOp::Subscribe(keys.channel.clone(), ack_tx))
-                .is_err()
-            {
-                return Err(self.subscriber_gone());
-            }
-            ack_rx.await.map_err(|_| self.subscriber_gone())?
+            // WAIT covers the writes of this connection: the acquisition was
+            // sent on it just before.
+            let mut con = self.conn.clone();
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(millis(timeout))
+                .query_async(&mut con)
+                .await
+                .map_err(|e| self.error(e))?;
+            Ok(usize::try_from(acked).unwrap_or(0))
         })
     }
 
+    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move { self.subscriber().await?.watch(&keys.channel).await })
+    }
+
     fn unwatch(&self, keys: &LockKeys) {
-        if let Some(ops) = self.subscriber.get() {
-            let _ = ops.send(SubscriberOp::Unsubscribe(keys.channel.clone()));
+        if let Some(subscriber) = self.subscriber.get() {
+            subscriber.unwatch(&keys.channel);
         }
     }
 
@@ -294,98 +347,5 @@ impl Backend for RedisBackend {
 
     fn describe(&self) -> String {
         self.server.clone()
-    }
-}
-
-impl RedisBackend {
-    fn subscriber_gone(&self) -> LockError {
-        LockError::Backend {
-            server: self.server.clone(),
-            key: None,
-            message: "the release subscriber stopped".to_owned(),
-        }
-    }
-}
-
-pub(crate) enum SubscriberOp {
-    /// One more waiter on this channel; the ack comes once messages flow.
-    Subscribe(String, oneshot::Sender<Result<(), LockError>>),
-    /// One waiter fewer on this channel.
-    Unsubscribe(String),
-}
-
-/// The task that owns the subscriber connection: it counts waiters per
-/// channel, subscribes on the first and unsubscribes after the last (in
-/// order, so the two never cross), and turns messages into local wake-ups.
-struct Subscriber {
-    conn: ConnectionManager,
-    server: String,
-    waiters: Arc<WaitList>,
-    refs: HashMap<String, usize>,
-}
-
-impl Subscriber {
-    async fn run(
-        mut self,
-        mut ops: mpsc::UnboundedReceiver<SubscriberOp>,
-        mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
-    ) {
-        loop {
-            tokio::select! {
-                op = ops.recv() => match op {
-                    Some(op) => self.apply(op).await,
-                    // The backend (and so every waiter) is gone.
-                    None => return,
-                },
-                Some(push) = pushes.recv() => self.dispatch(push),
-            }
-        }
-    }
-
-    async fn apply(&mut self, op: SubscriberOp) {
-        match op {
-            SubscriberOp::Subscribe(channel, ack) => {
-                let count = self.refs.entry(channel.clone()).or_insert(0);
-                *count += 1;
-                let result = if *count == 1 {
-                    let result = self.conn.subscribe(&channel).await;
-                    if result.is_err() {
-                        self.refs.remove(&channel);
-                    }
-                    result.map_err(|e| backend_error(&self.server, e))
-                } else {
-                    Ok(())
-                };
-                let _ = ack.send(result);
-            }
-            SubscriberOp::Unsubscribe(channel) => {
-                let Some(count) = self.refs.get_mut(&channel) else {
-                    return;
-                };
-                *count -= 1;
-                if *count == 0 {
-                    self.refs.remove(&channel);
-                    if let Err(e) = self.conn.unsubscribe(&channel).await {
-                        tracing::debug!(channel, error = %e, "leasehold: unsubscribe failed");
-                    }
-                }
-            }
-        }
-    }
-
-    fn dispatch(&self, push: redis::PushInfo) {
-        match push.kind {
-            PushKind::Message | PushKind::SMessage => {
-                if let Some(redis::Value::BulkString(channel)) = push.data.first()
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                {
-                    self.waiters.notify(channel);
-                }
-            }
-            // Messages may have been lost while disconnected: let every waiter
-            // look again rather than sleep until the holder's lease ends.
-            PushKind::Disconnection => self.waiters.notify_all(),
-            _ => {}
-        }
     }
 }

@@ -21,3 +21,7 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// `renew.lua`: owner-checked expiry reset for one or many leases.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("renew.lua")));
+
+/// `raise_fence.lua`: level a fencing counter up to an issued token (Redlock).
+pub(crate) static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));

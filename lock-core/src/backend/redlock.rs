@@ -1,0 +1,379 @@
+//! Redlock: N independent Redis masters, a lock is held when a majority
+//! (N/2 + 1) granted it within its validity.
+//!
+//! - Every operation goes to all nodes **in parallel**, each with a timeout
+//!   well below the lease, so a dead node costs at most that timeout.
+//! - Acquire holds only if a majority said yes *and* validity is left
+//!   (`ttl − elapsed − drift`, drift = ttl/100 + 2 ms; the guard's deadline
+//!   is counted from the moment the request was sent, which is the same).
+//!   Otherwise the partial grants are released on every node (also those that
+//!   did not answer) before returning.
+//! - Release, extend and renewal need a majority too: a renewal that reaches
+//!   only a minority is treated as failed, and the lease is lost when its
+//!   validity ends.
+//!
+//! # Fencing tokens
+//!
+//! Each node keeps its own fencing counter. On acquisition the token is the
+//! highest counter among the granting nodes, and if they disagree the others
+//! are raised to it (owner-checked) before the lock is returned, on a
+//! majority, or the acquisition fails. Since any two majorities share a node,
+//! every later holder then increments a counter already at least this high:
+//! tokens strictly increase for successive holders **as long as no node loses
+//! its data** (a master restarted without persistence forgets its counter and
+//! its locks alike; Redlock's own advice of delaying such restarts by one TTL
+//! keeps locks safe but not counters). This is the answer to Kleppmann's
+//! objection that Redlock has no fencing: it has, under that stated assumption.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::redis::{RedisBackend, acquire_on, backend_error, release_on, renew_on};
+use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
+use crate::client::ConnectOptions;
+use crate::error::LockError;
+use crate::scripts;
+use crate::waiting::WaitList;
+
+pub(crate) struct RedlockBackend {
+    nodes: Vec<RedisBackend>,
+    quorum: usize,
+    response_timeout: Duration,
+    waiters: Arc<WaitList>,
+}
+
+/// What one node answered, or that it did not.
+type NodeReply<T> = Result<T, LockError>;
+
+impl RedlockBackend {
+    pub(crate) async fn connect(
+        urls: &[String],
+        options: &ConnectOptions,
+    ) -> Result<RedlockBackend, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::invalid(
+                "urls",
+                "Redlock needs at least one master",
+            ));
+        }
+        let waiters: Arc<WaitList> = Arc::default();
+        let nodes = urls
+            .iter()
+            .map(|url| RedisBackend::connect_lazy(url, options, waiters.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backend = RedlockBackend {
+            quorum: nodes.len() / 2 + 1,
+            nodes,
+            response_timeout: options.response_timeout,
+            waiters,
+        };
+        // A majority must answer now; the others are used once they do.
+        let pings = backend
+            .on_all(options.connect_timeout, |node| async move {
+                let mut con = node.connection();
+                redis::cmd("PING")
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|e| backend_error(node.server(), e))
+            })
+            .await;
+        let reached = pings.iter().filter(|r| r.is_ok()).count();
+        if reached < backend.quorum {
+            if let Some(Err(first)) = pings.into_iter().find(Result::is_err) {
+                tracing::warn!(error = %first, "leasehold: redlock node unreachable");
+            }
+            return Err(LockError::Quorum {
+                key: None,
+                reached,
+                needed: backend.quorum,
+                nodes: backend.nodes.len(),
+                validity_left: None,
+            });
+        }
+        Ok(backend)
+    }
+
+    /// The per-node timeout for an operation on a lease of `ttl`: well below
+    /// the lease, so that dead nodes cannot eat the validity.
+    fn node_timeout(&self, ttl: Duration) -> Duration {
+        (ttl / 10)
+            .max(Duration::from_millis(5))
+            .min(self.response_timeout)
+    }
+
+    /// Run `op` on every node in parallel, each bounded by `timeout`.
+    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<NodeReply<T>>
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: std::future::Future<Output = NodeReply<T>> + 'a,
+    {
+        join_all(self.nodes.iter().map(|node| {
+            let op = op(node);
+            async move {
+                match tokio::time::timeout(timeout, op).await {
+                    Ok(reply) => reply,
+                    Err(_) => Err(LockError::Backend {
+                        server: node.server().to_owned(),
+                        key: None,
+                        message: format!("no answer within {timeout:?}"),
+                    }),
+                }
+            }
+        }))
+        .await
+    }
+
+    fn quorum_error(
+        &self,
+        keys: &LockKeys,
+        reached: usize,
+        validity_left: Option<Duration>,
+    ) -> LockError {
+        LockError::Quorum {
+            key: Some(keys.name.clone()),
+            reached,
+            needed: self.quorum,
+            nodes: self.nodes.len(),
+            validity_left,
+        }
+    }
+
+    /// Combine per-node ownership answers: yes with a majority of yes, no
+    /// when the refusals alone rule a majority out, else undecided (`None`).
+    fn decide(&self, answers: impl Iterator<Item = Option<Owned>>) -> Option<Owned> {
+        let (mut yes, mut no, mut wrong) = (0, 0, 0);
+        for answer in answers {
+            match answer {
+                Some(Owned::Yes) => yes += 1,
+                Some(Owned::No) => no += 1,
+                Some(Owned::WrongType) => wrong += 1,
+                None => {}
+            }
+        }
+        let refusals = no + wrong;
+        if yes >= self.quorum {
+            Some(Owned::Yes)
+        } else if refusals > self.nodes.len() - self.quorum {
+            Some(if wrong > 0 {
+                Owned::WrongType
+            } else {
+                Owned::No
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Release a failed attempt's partial grants everywhere, and wait for it.
+    async fn undo(&self, keys: &LockKeys, token: &str, ttl: Duration) {
+        self.on_all(self.node_timeout(ttl), |node| async move {
+            let mut con = node.connection();
+            release_on(&mut con, keys, token, Duration::ZERO, "PUBLISH")
+                .await
+                .map_err(|e| backend_error(node.server(), e))
+        })
+        .await;
+    }
+
+    /// Level the counters of the granting nodes up to `fence`; true if a
+    /// majority now has it.
+    async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64, ttl: Duration) -> bool {
+        let replies = self
+            .on_all(self.node_timeout(ttl), |node| async move {
+                let mut con = node.connection();
+                scripts::RAISE_FENCE
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(token)
+                    .arg(fence)
+                    .invoke_async::<i64>(&mut con)
+                    .await
+                    .map_err(|e| backend_error(node.server(), e))
+            })
+            .await;
+        replies.iter().filter(|r| matches!(r, Ok(1))).count() >= self.quorum
+    }
+}
+
+impl Backend for RedlockBackend {
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let replies = self
+                .on_all(self.node_timeout(ttl), |node| async move {
+                    let mut con = node.connection();
+                    acquire_on(&mut con, keys, token, ttl)
+                        .await
+                        .map_err(|e| e.unwrap_or_else(|e| backend_error(node.server(), e)))
+                })
+                .await;
+
+            let mut fences = Vec::new();
+            let mut busy_for = None::<Duration>;
+            let mut failed = 0;
+            let mut wrong = None;
+            for reply in replies {
+                match reply {
+                    Ok(Acquired::Yes { fence }) => fences.push(fence),
+                    Ok(Acquired::Busy { expires_in }) => {
+                        let left = expires_in.unwrap_or(ttl);
+                        busy_for = Some(busy_for.map_or(left, |b| b.min(left)));
+                    }
+                    Err(e @ LockError::WrongType { .. }) => wrong = Some(e),
+                    Err(_) => failed += 1,
+                }
+            }
+            let granted = fences.len();
+            let drift = self.drift(ttl);
+            let validity = ttl.checked_sub(started.elapsed() + drift);
+
+            if granted >= self.quorum && validity.is_some() {
+                let fence = fences.iter().copied().max().unwrap_or(0);
+                let level = fences.iter().all(|&f| f == fence);
+                if level || self.raise_fence(keys, token, fence, ttl).await {
+                    return Ok(Acquired::Yes { fence });
+                }
+            }
+
+            self.undo(keys, token, ttl).await;
+            if let Some(e) = wrong {
+                return Err(e);
+            }
+            if failed > self.nodes.len() - self.quorum {
+                return Err(self.quorum_error(keys, granted, None));
+            }
+            if granted >= self.quorum {
+                // A majority agreed, but too late (or the fence could not be
+                // levelled): the lease would be worthless.
+                return Err(self.quorum_error(keys, granted, Some(Duration::ZERO)));
+            }
+            // A split vote (several contenders each got a minority) is retried
+            // after a short random pause, so the contenders drift apart.
+            let expires_in = match busy_for {
+                Some(left) if granted == 0 => left,
+                other => jitter(other.unwrap_or(ttl)),
+            };
+            Ok(Acquired::Busy {
+                expires_in: Some(expires_in),
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+        Box::pin(async move {
+            let replies = self
+                .on_all(self.response_timeout, |node| async move {
+                    let mut con = node.connection();
+                    release_on(&mut con, keys, token, keep, "PUBLISH")
+                        .await
+                        .map_err(|e| backend_error(node.server(), e))
+                })
+                .await;
+            let reached = replies
+                .iter()
+                .filter(|r| matches!(r, Ok(Owned::Yes)))
+                .count();
+            let outcome = self.decide(replies.into_iter().map(Result::ok));
+            if outcome == Some(Owned::Yes) && keep.is_zero() {
+                self.waiters.notify(&keys.channel);
+            }
+            outcome.ok_or_else(|| self.quorum_error(keys, reached, None))
+        })
+    }
+
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+        Box::pin(async move {
+            let ttl = batch
+                .iter()
+                .map(|r| r.ttl)
+                .min()
+                .unwrap_or(self.response_timeout);
+            let replies = self
+                .on_all(self.node_timeout(ttl), |node| async move {
+                    let mut con = node.connection();
+                    renew_on(&mut con, batch)
+                        .await
+                        .map_err(|e| backend_error(node.server(), e))
+                })
+                .await;
+            let mut out = Vec::with_capacity(batch.len());
+            for (i, item) in batch.iter().enumerate() {
+                let answers = replies
+                    .iter()
+                    .map(|r| r.as_ref().ok().and_then(|v| v.get(i).copied()));
+                match self.decide(answers) {
+                    Some(outcome) => out.push(outcome),
+                    None => {
+                        let reached = replies
+                            .iter()
+                            .filter(|r| {
+                                matches!(r.as_ref().map(|v| v.get(i)), Ok(Some(Owned::Yes)))
+                            })
+                            .count();
+                        return Err(self.quorum_error(&item.keys, reached, None));
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let replies = self
+                .on_all(self.response_timeout, |node| node.watch(keys))
+                .await;
+            // One listening node is enough to hear a release; the others
+            // are spares (a failed node has no subscription to undo).
+            let mut first_error = None;
+            for reply in replies {
+                match reply {
+                    Ok(()) => return Ok(()),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            Err(first_error.unwrap_or_else(|| self.quorum_error(keys, 0, None)))
+        })
+    }
+
+    fn unwatch(&self, keys: &LockKeys) {
+        for node in &self.nodes {
+            node.unwatch(keys);
+        }
+    }
+
+    fn waiters(&self) -> &WaitList {
+        &self.waiters
+    }
+
+    fn describe(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| n.server().to_owned()).collect();
+        format!("redlock[{}]", nodes.join(", "))
+    }
+}
+
+/// A random pause of up to a tenth of `max` (at least 1 ms, at most 50 ms).
+fn jitter(max: Duration) -> Duration {
+    let cap = (max / 10).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    let mut byte = [0u8; 2];
+    let r = getrandom::fill(&mut byte)
+        .map(|()| u16::from_le_bytes(byte))
+        .unwrap_or(0);
+    cap.mul_f64(f64::from(r) / f64::from(u16::MAX))
+        .max(Duration::from_millis(1))
+}

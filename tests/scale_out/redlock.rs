@@ -1,0 +1,259 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError};
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+
+fn masters(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(nodes: &[RedisServer]) -> Vec<String> {
+    nodes.iter().map(RedisServer::url).collect()
+}
+
+async fn client(nodes: &[RedisServer]) -> LockClient {
+    LockClient::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .connect_redlock(urls(nodes))
+        .await
+        .expect("connect to the masters")
+}
+
+fn has_lock(node: &RedisServer, key: &str) -> bool {
+    node.cmd(&["EXISTS", &format!("leasehold:{{{key}}}:lock")]) == redis::Value::Int(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_clients_and_tasks() {
+    let nodes = masters(5);
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = client(&nodes).await;
+        for _ in 0..4 {
+            let (client, counter, inside) = (client.clone(), counter.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let guard = client
+                        .lock("shared")
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    let v = counter.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    counter.store(v + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 3 * 4 * 8);
+}
+
+#[tokio::test]
+async fn survives_a_minority_and_reports_quorum_without_a_majority() {
+    let mut nodes = masters(5);
+    let client = client(&nodes).await;
+    nodes[0].stop();
+    nodes[1].stop();
+    let guard = client
+        .lock("minority")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    assert!(nodes[2..].iter().all(|n| has_lock(n, "minority")));
+    guard.release().await.unwrap();
+    assert!(nodes[2..].iter().all(|n| !has_lock(n, "minority")));
+
+    nodes[2].stop();
+    let started = Instant::now();
+    let err = client.lock("minority").acquire().await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    match err {
+        LockError::Quorum {
+            key,
+            reached,
+            needed,
+            nodes,
+            ..
+        } => {
+            assert_eq!(key.as_deref(), Some("minority"));
+            assert_eq!((reached, needed, nodes), (2, 3, 5));
+        }
+        other => panic!("expected Quorum, got {other:?}"),
+    }
+    // Nothing partial is left behind on the survivors.
+    assert!(nodes[3..].iter().all(|n| !has_lock(n, "minority")));
+
+    // And the nodes come back: a majority again.
+    nodes[0].restart();
+    let guard = client
+        .lock("minority")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a majority is back");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_attempt_leaves_no_partial_lock() {
+    let nodes = masters(5);
+    let client = client(&nodes).await;
+    // Someone else holds the lock on three nodes: we can only get two.
+    for node in &nodes[..3] {
+        node.cmd(&[
+            "SET",
+            "leasehold:{split}:lock",
+            "another-owner",
+            "PX",
+            "60000",
+        ]);
+    }
+    let err = client
+        .lock("split")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    assert!(
+        nodes[3..].iter().all(|n| !has_lock(n, "split")),
+        "partial grants were not undone"
+    );
+    assert!(
+        nodes[..3].iter().all(|n| has_lock(n, "split")),
+        "someone else's lock was touched"
+    );
+}
+
+#[tokio::test]
+async fn watchdog_keeps_a_quorum_lease_and_reports_loss_when_the_majority_dies() {
+    let mut nodes = masters(5);
+    let client = client(&nodes).await;
+    let guard = client
+        .lock("renewed")
+        .ttl(Duration::from_millis(500))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(guard.is_held(), "the quorum lease lapsed although renewed");
+    assert!(nodes.iter().all(|n| has_lock(n, "renewed")));
+    for node in &mut nodes[..3] {
+        node.stop();
+    }
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("loss reported once renewals reach only a minority");
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_even_when_node_counters_disagree() {
+    let nodes = masters(5);
+    let a = client(&nodes).await;
+    let b = client(&nodes).await;
+    let first = a.lock("fence").acquire().await.unwrap().fencing_token();
+    // One node's counter ran ahead (e.g. it granted attempts that failed elsewhere).
+    nodes[4].cmd(&["SET", "leasehold:{fence}:fence", "100"]);
+    let second = b
+        .lock("fence")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(second.fencing_token() >= 100, "the highest counter wins");
+    assert!(second.fencing_token() > first);
+    // The granting nodes were levelled up: a majority now carries the token.
+    let levelled = nodes
+        .iter()
+        .filter(|n| {
+            n.cmd(&["GET", "leasehold:{fence}:fence"])
+                == redis::Value::BulkString(second.fencing_token().to_string().into_bytes())
+        })
+        .count();
+    assert!(levelled >= 3, "only {levelled} nodes carry the token");
+    let token = second.fencing_token();
+    second.release().await.unwrap();
+    // Even if the node that ran ahead is not in the next majority.
+    nodes[4].cmd(&["SET", "leasehold:{fence}:lock", "someone", "PX", "60000"]);
+    let third = a.lock("fence").acquire().await.unwrap();
+    assert!(third.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn connect_needs_a_majority() {
+    let mut nodes = masters(3);
+    nodes[0].stop();
+    nodes[1].stop();
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect_redlock(urls(&nodes))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Quorum {
+                reached: 1,
+                needed: 2,
+                nodes: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = LockClient::connect_redlock(Vec::<String>::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "urls", .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn waiter_is_woken_by_the_release() {
+    let nodes = masters(3);
+    let a = client(&nodes).await;
+    let b = client(&nodes).await;
+    let guard = a
+        .lock("handoff")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        b.lock("handoff")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.release().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .expect("woken by the release, long before the 60 s lease ends");
+}
