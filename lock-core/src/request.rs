@@ -263,6 +263,19 @@ impl LockRequest {
         let deadline = Instant::now() + self.wait;
         let mut watching = None::<Watching<'_>>;
         let mut retry_delay = FIRST_RETRY_DELAY;
+
+        // Waiters of this client are already queued for this lock: queue
+        // behind them rather than barge in (the first attempt would mostly
+        // win against a waiter that is just being woken).
+        if !self.wait.is_zero() && backend.waiters().has_waiters(&keys.channel) {
+            let queued = Watching::start(backend, keys).await;
+            tokio::select! {
+                () = queued.notify.notified() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+            watching = Some(queued);
+        }
+
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
@@ -275,7 +288,12 @@ impl LockRequest {
 
             let sent_at = Instant::now();
             let sleep_for = match backend.acquire(keys, token, self.ttl).await {
-                Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),
+                Ok(Acquired::Yes { fence }) => {
+                    if let Some(w) = watching.as_mut() {
+                        w.acquired = true;
+                    }
+                    return Ok((fence, sent_at));
+                }
                 Ok(Acquired::Busy { expires_in }) => {
                     retry_delay = FIRST_RETRY_DELAY;
                     if Instant::now() >= deadline {
@@ -352,18 +370,19 @@ impl LockRequest {
     }
 }
 
-/// A waiter registered for release notifications of one lock; unregisters
-/// on drop.
+/// A waiter queued for release notifications of one lock; leaves the queue
+/// on drop, passing its turn on if it did not get the lock.
 struct Watching<'a> {
     backend: &'a dyn crate::backend::Backend,
     keys: &'a LockKeys,
     notify: Arc<tokio::sync::Notify>,
     subscribed: bool,
+    acquired: bool,
 }
 
 impl<'a> Watching<'a> {
     async fn start(backend: &'a dyn crate::backend::Backend, keys: &'a LockKeys) -> Watching<'a> {
-        let (notify, _first) = backend.waiters().join(&keys.channel);
+        let notify = backend.waiters().join(&keys.channel);
         // Without a subscription the waiter still wakes when the holder's
         // lease runs out, and on releases made through this client.
         let subscribed = match backend.watch(keys).await {
@@ -378,13 +397,16 @@ impl<'a> Watching<'a> {
             keys,
             notify,
             subscribed,
+            acquired: false,
         }
     }
 }
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        self.backend.waiters().leave(&self.keys.channel);
+        self.backend
+            .waiters()
+            .leave(&self.keys.channel, !self.acquired);
         if self.subscribed {
             self.backend.unwatch(self.keys);
         }

@@ -295,3 +295,55 @@ async fn subscriptions_last_only_while_someone_waits() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiter_not_a_herd() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    // Load the scripts first (a first EVALSHA fails with NOSCRIPT and is resent).
+    client
+        .lock("warm-up")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let guard = client
+        .lock("herd")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..10 {
+        let c = client.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c
+                .lock("herd")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            // Hold it until the test is done counting.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(g);
+        }));
+    }
+    // Every waiter has tried once and subscribed (2 attempts each).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.command_calls("evalsha") < 2 + 2 + 1 + 2 * 10 {
+        assert!(Instant::now() < deadline, "waiters did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = server.command_calls("evalsha");
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = server.command_calls("evalsha") - before;
+    // The release, and one attempt by the one waiter whose turn it is.
+    assert_eq!(calls, 2, "a single release woke several waiters");
+    for w in waiters {
+        w.abort();
+    }
+}

@@ -28,6 +28,7 @@ on_both_backends!(
     run_drops_the_body_when_the_lease_lapses,
     invalid_arguments_are_rejected,
     fencing_token_of_the_current_task,
+    waiters_of_one_client_take_turns,
 );
 
 /// 4 clients × 8 tasks increment a counter with a non-atomic read-yield-write
@@ -590,4 +591,46 @@ async fn fencing_token_of_the_current_task(fx: Fixture) {
     assert_eq!(leasehold::fencing_token(), Some(a.fencing_token()));
     a.release().await.unwrap();
     assert_eq!(leasehold::fencing_token(), None);
+}
+
+/// 8 tasks of one client loop on one key, re-acquiring right after each
+/// release: waiters queue in order, so nobody is starved by a releaser that
+/// re-takes its own lock.
+async fn waiters_of_one_client_take_turns(fx: Fixture) {
+    const TASKS: usize = 8;
+    const TOTAL: u64 = 240;
+    let client = fx.client().await;
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (client, done) = (client.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut mine = 0u64;
+            loop {
+                let guard = client
+                    .lock("turns")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                if done.fetch_add(1, Ordering::SeqCst) >= TOTAL {
+                    guard.release().await.unwrap();
+                    return mine;
+                }
+                mine += 1;
+                tokio::task::yield_now().await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let mut counts = Vec::new();
+    for t in tasks {
+        counts.push(t.await.unwrap());
+    }
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    assert_eq!(counts.iter().sum::<u64>(), TOTAL);
+    assert!(
+        min * 4 >= max,
+        "starvation: critical sections per task {counts:?}"
+    );
 }

@@ -112,7 +112,7 @@ impl MemoryBackend {
                 _ => return Owned::No,
             }
         }
-        self.waiters.notify(&keys.channel);
+        self.waiters.released(&keys.channel, Some(token));
         Owned::Yes
     }
 

@@ -298,7 +298,7 @@ impl Backend for RedisBackend {
                 .map_err(|e| self.error(e))?;
             if owned == Owned::Yes && keep.is_zero() {
                 // Waiters of this client need no round trip through pub/sub.
-                self.waiters.notify(&keys.channel);
+                self.waiters.released(&keys.channel, Some(token));
             }
             Ok(owned)
         })

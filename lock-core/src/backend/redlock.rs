@@ -288,7 +288,7 @@ impl Backend for RedlockBackend {
                 .count();
             let outcome = self.decide(replies.into_iter().map(Result::ok));
             if outcome == Some(Owned::Yes) && keep.is_zero() {
-                self.waiters.notify(&keys.channel);
+                self.waiters.released(&keys.channel, Some(token));
             }
             outcome.ok_or_else(|| self.quorum_error(keys, reached, None))
         })

@@ -145,10 +145,13 @@ impl<C: PubSubConnection> Listener<C> {
     fn dispatch(&self, push: redis::PushInfo) {
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                if let Some(redis::Value::BulkString(channel)) = push.data.first()
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                {
-                    self.waiters.notify(channel);
+                // [channel, payload]: the payload is the released owner token.
+                let text = |i: usize| match push.data.get(i) {
+                    Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+                    _ => None,
+                };
+                if let Some(channel) = text(0) {
+                    self.waiters.released(channel, text(1));
                 }
             }
             // Messages may have been lost while disconnected: let every waiter

@@ -24,5 +24,7 @@ if keep > 0 then
 end
 
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], ARGV[3], '1')
+-- The message is the released token, so a client that announced this
+-- release locally already can recognise it.
+redis.call(ARGV[4], ARGV[3], ARGV[1])
 return 1
