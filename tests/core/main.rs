@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod api_shape;
 mod fixture;
 mod memory_only;
 mod processes;

@@ -347,3 +347,21 @@ async fn a_release_wakes_one_waiter_not_a_herd() {
         w.abort();
     }
 }
+
+#[tokio::test]
+async fn connects_over_a_unix_socket() {
+    let socket = std::env::temp_dir().join(format!("leasehold-test-{}.sock", std::process::id()));
+    let socket_str = socket.to_str().unwrap().to_owned();
+    let server = RedisServer::start_with(&["--unixsocket", &socket_str, "--unixsocketperm", "700"]);
+    let client = LockClient::connect(&format!("unix://{socket_str}"))
+        .await
+        .unwrap();
+    let guard = client.lock("over-unix").acquire().await.unwrap();
+    assert_eq!(
+        server.cmd(&["EXISTS", "leasehold:{over-unix}:lock"]),
+        redis::Value::Int(1)
+    );
+    guard.release().await.unwrap();
+    drop(server);
+    let _ = std::fs::remove_file(socket);
+}
