@@ -1,0 +1,376 @@
+//! `LockClient::connect_cluster` against a real Redis Cluster of 3 masters
+//! (each test forms its own, so slot migrations never leak between tests).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError};
+use redis::Value;
+use support::{RedisCluster, free_port};
+use tokio::time::Instant;
+
+fn lock_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:lock")
+}
+
+fn slot_of(key: &str) -> u16 {
+    RedisCluster::key_slot(&lock_name(key))
+}
+
+/// A lock key whose Redis names share `slot` with another lock's.
+fn key_in_slot(slot: u16, stem: &str) -> String {
+    (0..)
+        .map(|n| format!("{stem}-{n}"))
+        .find(|key| slot_of(key) == slot)
+        .expect("every slot is reachable")
+}
+
+async fn start_cluster() -> Arc<RedisCluster> {
+    tokio::task::spawn_blocking(|| Arc::new(RedisCluster::start(3)))
+        .await
+        .expect("cluster formation")
+}
+
+async fn client(cluster: &RedisCluster) -> LockClient {
+    LockClient::connect_cluster(cluster.urls())
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// `:lock` keys on every node, in total.
+fn lock_keys(cluster: &RedisCluster, pattern: &str) -> usize {
+    cluster.nodes().iter().map(|n| n.keys(pattern).len()).sum()
+}
+
+/// `EXISTS` on a node that is importing the key's slot.
+fn exists_asking(node: &support::RedisServer, key: &str) -> bool {
+    let mut con = node.connection().expect("connect");
+    redis::cmd("ASKING").query::<()>(&mut con).expect("ASKING");
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<bool>(&mut con)
+        .expect("EXISTS")
+}
+
+fn exists_on(cluster: &RedisCluster, node: usize, key: &str) -> bool {
+    match cluster.nodes()[node].cmd(&["EXISTS", key]) {
+        Value::Int(n) => n == 1,
+        other => panic!("EXISTS {key}: unexpected {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_keys_over_all_nodes_renewed_and_released() {
+    let cluster = start_cluster().await;
+    let client = client(&cluster).await;
+    let keys: Vec<String> = (0..300).map(|i| format!("bulk-{i}")).collect();
+
+    let mut per_node = [0usize; 3];
+    for key in &keys {
+        per_node[cluster.node_for_slot(slot_of(key))] += 1;
+    }
+    assert!(
+        per_node.iter().all(|&n| n > 0),
+        "keys do not cover every node: {per_node:?}"
+    );
+
+    let ttl = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(
+            client
+                .lock(key.clone())
+                .ttl(ttl)
+                .renew(true)
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("acquire {key}: {e}")),
+        );
+    }
+    // Forget the scripts everywhere: every slot group's first renewal
+    // answers NOSCRIPT, concurrently, and must load the script and go on.
+    for node in cluster.nodes() {
+        node.cmd(&["SCRIPT", "FLUSH"]);
+    }
+    // More than three leases long: only the watchdog keeps them.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lost: Vec<&str> = guards
+        .iter()
+        .filter(|g| !g.is_held())
+        .map(|g| g.key())
+        .collect();
+    assert!(lost.is_empty(), "leases lost while renewed: {lost:?}");
+    assert_eq!(lock_keys(&cluster, "leasehold:*:lock"), 300);
+
+    for guard in guards {
+        let key = guard.key().to_owned();
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("release {key}: {e}"));
+    }
+    assert_eq!(lock_keys(&cluster, "leasehold:*:lock"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_two_clients() {
+    const TASKS: usize = 4;
+    const ROUNDS: u64 = 5;
+    let cluster = start_cluster().await;
+    let clients = [client(&cluster).await, client(&cluster).await];
+    let inside = Arc::new(AtomicBool::new(false));
+    // Read, pause, write: increments are lost unless the lock excludes.
+    let counter = Arc::new(AtomicU64::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..TASKS {
+            let (client, inside, counter, tokens) = (
+                client.clone(),
+                inside.clone(),
+                counter.clone(),
+                tokens.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = client
+                        .lock("counter")
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(10))
+                        .acquire()
+                        .await
+                        .expect("acquire within the wait");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokens.lock().unwrap().push(guard.fencing_token());
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 2 * TASKS as u64 * ROUNDS);
+    let tokens = tokens.lock().unwrap();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens not strictly increasing: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_in_another_client_is_woken_by_the_release() {
+    let cluster = start_cluster().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let holder = a
+        .lock("wake")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock("wake").wait(Duration::from_secs(10)).acquire().await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    // The holder's lease had 60 s left and the waiter only waits 10 s:
+    // acquiring at all means the release woke it.
+    let (guard, woke) = waiter.await.unwrap();
+    let guard = guard.expect("woken by the release");
+    assert!(
+        woke - released < Duration::from_secs(2),
+        "woken {:?} after the release",
+        woke - released
+    );
+    guard.release().await.unwrap();
+    // Redis 7: sharded pub/sub, kept on the shard that owns the lock.
+    let calls = |command: &str| -> u64 {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.command_calls(command))
+            .sum()
+    };
+    assert!(calls("spublish") >= 1, "release did not SPUBLISH");
+    assert!(calls("ssubscribe") >= 1, "waiter did not SSUBSCRIBE");
+    assert_eq!(calls("publish"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_migrated_while_held_keeps_the_lock_valid_and_releasable() {
+    let cluster = start_cluster().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let slot = slot_of("moving");
+    let from = cluster.node_for_slot(slot);
+    let to = (from + 1) % 3;
+
+    let ttl = Duration::from_millis(900);
+    let guard = a
+        .lock("moving")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    // A second lock in the same slot, with a waiter in the other client:
+    // its sharded subscription must follow the slot to the new owner.
+    let peer = key_in_slot(slot, "moving-peer");
+    let holder = a
+        .lock(peer.clone())
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            let guard = b.lock(peer).wait(Duration::from_secs(10)).acquire().await;
+            (guard, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let migrating = cluster.clone();
+    tokio::task::spawn_blocking(move || migrating.migrate_slot(slot, to))
+        .await
+        .unwrap();
+    assert_eq!(cluster.node_for_slot(slot), to);
+    assert!(exists_on(&cluster, to, &lock_name("moving")));
+
+    // Several renewal periods (ttl / 3) on the new owner.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(guard.is_held(), "lease lost across the migration");
+    assert!(exists_on(&cluster, to, &lock_name("moving")));
+    guard.extend(Duration::from_secs(2)).await.unwrap();
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (peer_guard, woke) = waiter.await.unwrap();
+    let peer_guard = peer_guard.expect("waiter woken by the release after the migration");
+    assert!(
+        woke - released < Duration::from_secs(3),
+        "woken {:?} after the release",
+        woke - released
+    );
+    peer_guard.release().await.unwrap();
+
+    guard.release().await.unwrap();
+    assert!(!exists_on(&cluster, to, &lock_name("moving")));
+    assert!(!exists_on(&cluster, to, &lock_name(&peer)));
+}
+
+/// Half a migration, done by hand: the keys already live on the target but
+/// the source still owns the slot (`MIGRATING`), so it answers `ASK`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_redirects_mid_migration_are_followed() {
+    let cluster = start_cluster().await;
+    let client = client(&cluster).await;
+    let slot = slot_of("asked");
+    let from = cluster.node_for_slot(slot);
+    let to = (from + 1) % 3;
+    let ttl = Duration::from_millis(900);
+    let guard = client
+        .lock("asked")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+
+    let (src, dst) = (&cluster.nodes()[from], &cluster.nodes()[to]);
+    let (src_id, dst_id) = (cluster.node_id(from), cluster.node_id(to));
+    let slot_s = slot.to_string();
+    dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
+    src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+    let port = dst.port().to_string();
+    let (lock, fence) = (lock_name("asked"), "leasehold:{asked}:fence".to_owned());
+    src.cmd(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &lock,
+        &fence,
+    ]);
+
+    // Renewals and extend of a held lock: by ASK.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(guard.is_held(), "lease lost mid-migration");
+    guard.extend(Duration::from_secs(2)).await.unwrap();
+    assert!(exists_asking(dst, &lock));
+
+    // A new lock in the slot: Redis answers TRYAGAIN to multi-key scripts
+    // whose keys are not all on one side, until the migration ends; the
+    // request retries within its wait budget.
+    let other = key_in_slot(slot, "asked-too");
+    let pending = tokio::spawn({
+        let (client, other) = (client.clone(), other.clone());
+        async move {
+            client
+                .lock(other)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in [to, from, 3 - to - from] {
+        cluster.nodes()[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
+    }
+    let second = pending
+        .await
+        .unwrap()
+        .expect("acquired once the migration ended");
+    assert!(exists_on(&cluster, to, &lock_name(&other)));
+    second.release().await.unwrap();
+
+    guard.release().await.unwrap();
+    assert!(!exists_on(&cluster, to, &lock));
+    assert!(!exists_on(&cluster, to, &lock_name(&other)));
+}
+
+#[tokio::test]
+async fn an_empty_url_list_is_an_invalid_argument() {
+    let err = LockClient::connect_cluster(Vec::<String>::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "urls", .. }),
+        "{err:?}"
+    );
+    let err = LockClient::connect_cluster(["not a url"])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn unreachable_nodes_fail_promptly_without_leaking_the_password() {
+    let urls: Vec<String> = (0..3)
+        .map(|_| format!("redis://:hunter2@127.0.0.1:{}", free_port()))
+        .collect();
+    let started = Instant::now();
+    let err = LockClient::connect_cluster(&urls).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains(":***@127.0.0.1"), "{text}");
+}
