@@ -1,0 +1,464 @@
+//! The options of `#[distributed_lock(...)]`.
+//!
+//! Parsing recovers from a bad option by skipping to the next `,`, so that every
+//! mistake in one attribute is reported at once.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, Ident, LitStr, Path, Token};
+
+use crate::duration;
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(ttl);
+    syn::custom_keyword!(renew);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(at_least);
+    syn::custom_keyword!(client);
+}
+
+const OPTIONS: &str = "`key`, `ttl`, `renew`, `wait`, `at_least`, `client`, `crate`";
+
+/// Collects errors so that they are reported together.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(errors) => errors.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn extend(&mut self, errors: Errors) {
+        if let Some(error) = errors.0 {
+            self.push(error);
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(crate) fn to_compile_errors(&self) -> TokenStream {
+        match &self.0 {
+            Some(error) => error.to_compile_error(),
+            None => TokenStream::new(),
+        }
+    }
+}
+
+/// A duration option, in milliseconds.
+pub(crate) struct DurationOption {
+    pub millis: u64,
+}
+
+impl DurationOption {
+    pub(crate) fn to_tokens(&self) -> TokenStream {
+        duration::to_tokens(self.millis)
+    }
+}
+
+/// The options of one attribute. Options that were given but invalid are `None`
+/// here and reported in `errors`.
+#[derive(Default)]
+pub(crate) struct Args {
+    pub key: Option<LitStr>,
+    pub ttl: Option<DurationOption>,
+    pub renew: bool,
+    pub wait: Option<DurationOption>,
+    pub at_least: Option<DurationOption>,
+    pub client: Option<Expr>,
+    pub krate: Option<Path>,
+    pub errors: Errors,
+}
+
+/// Which options were already seen (valid or not), for duplicate detection.
+#[derive(Default)]
+struct Seen(Vec<&'static str>);
+
+impl Seen {
+    fn first(&mut self, name: &'static str, span: Span) -> syn::Result<()> {
+        if self.0.contains(&name) {
+            return Err(syn::Error::new(
+                span,
+                format!("duplicate option `{name}`: give each option at most once"),
+            ));
+        }
+        self.0.push(name);
+        Ok(())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(&name)
+    }
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut args = Args::default();
+        let mut seen = Seen::default();
+        while !input.is_empty() {
+            if let Err(error) = args.parse_option(input, &mut seen) {
+                args.errors.push(error);
+                skip_to_comma(input)?;
+            }
+            if input.is_empty() {
+                break;
+            }
+            if let Err(error) = input.parse::<Token![,]>() {
+                args.errors.push(syn::Error::new(
+                    error.span(),
+                    "expected `,` between options",
+                ));
+                skip_to_comma(input)?;
+                input.parse::<Option<Token![,]>>()?;
+            }
+        }
+        if !seen.contains("key") {
+            args.errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing option `key`: #[distributed_lock] needs the name of the lock, \
+                 as in `key = \"job:<id>\"`",
+            ));
+        }
+        Ok(args)
+    }
+}
+
+impl Args {
+    /// Parses one option; on error the caller skips to the next `,`.
+    fn parse_option(&mut self, input: ParseStream, seen: &mut Seen) -> syn::Result<()> {
+        if input.peek(kw::key) {
+            let keyword: kw::key = input.parse()?;
+            seen.first("key", keyword.span)?;
+            let lit = string_value(input, "key", keyword.span, "\"order:<id>\"")?;
+            self.key = Some(lit);
+        } else if input.peek(kw::ttl) {
+            let keyword: kw::ttl = input.parse()?;
+            self.ttl = Some(duration_value(input, seen, "ttl", keyword.span)?);
+        } else if input.peek(kw::wait) {
+            let keyword: kw::wait = input.parse()?;
+            self.wait = Some(duration_value(input, seen, "wait", keyword.span)?);
+        } else if input.peek(kw::at_least) {
+            let keyword: kw::at_least = input.parse()?;
+            self.at_least = Some(duration_value(input, seen, "at_least", keyword.span)?);
+        } else if input.peek(kw::renew) {
+            let keyword: kw::renew = input.parse()?;
+            seen.first("renew", keyword.span)?;
+            if !(input.is_empty() || input.peek(Token![,])) {
+                let mut value = keyword.into_token_stream();
+                value.extend(take_to_comma(input)?);
+                return Err(syn::Error::new_spanned(
+                    value,
+                    "`renew` takes no value: write `renew` to keep the lease alive while the \
+                     body runs, or leave it out",
+                ));
+            }
+            self.renew = true;
+        } else if input.peek(kw::client) {
+            let keyword: kw::client = input.parse()?;
+            seen.first("client", keyword.span)?;
+            equals(input, "client", keyword.span, "self.locks.clone()")?;
+            self.client = Some(input.parse()?);
+        } else if input.peek(Token![crate]) {
+            let keyword: Token![crate] = input.parse()?;
+            seen.first("crate", keyword.span)?;
+            let lit = string_value(input, "crate", keyword.span, "\"::leasehold\"")?;
+            let path = lit.parse::<Path>().map_err(|_| {
+                syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`crate` must name the path of the leasehold crate, as in \"::leasehold\", \
+                         not \"{}\"",
+                        lit.value()
+                    ),
+                )
+            })?;
+            self.krate = Some(path);
+        } else if input.peek(Ident::peek_any) {
+            let ident = input.call(Ident::parse_any)?;
+            return Err(syn::Error::new(
+                ident.span(),
+                format!("unknown option `{ident}`; the options are {OPTIONS}"),
+            ));
+        } else {
+            return Err(input.error(format!(
+                "expected an option such as `key = \"job:<id>\"`; the options are {OPTIONS}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `= "..."` after the option keyword.
+fn string_value(
+    input: ParseStream,
+    name: &str,
+    keyword: Span,
+    example: &str,
+) -> syn::Result<LitStr> {
+    equals(input, name, keyword, example)?;
+    if input.peek(LitStr) {
+        return input.parse();
+    }
+    let hint = if input.peek(syn::LitInt) && matches!(name, "ttl" | "wait" | "at_least") {
+        ", with a unit"
+    } else {
+        ""
+    };
+    Err(input.error(format!(
+        "`{name}` takes a string literal{hint}, as in `{name} = {example}`"
+    )))
+}
+
+fn duration_value(
+    input: ParseStream,
+    seen: &mut Seen,
+    name: &'static str,
+    keyword: Span,
+) -> syn::Result<DurationOption> {
+    seen.first(name, keyword)?;
+    let lit = string_value(input, name, keyword, "\"10s\"")?;
+    let millis = duration::parse_lit(name, &lit)?;
+    Ok(DurationOption { millis })
+}
+
+fn equals(input: ParseStream, name: &str, keyword: Span, example: &str) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        input.parse::<Token![=]>()?;
+        return Ok(());
+    }
+    Err(syn::Error::new(
+        keyword,
+        format!("`{name}` needs a value, as in `{name} = {example}`"),
+    ))
+}
+
+/// Consumes tokens up to (not including) the next top-level `,` and returns them.
+fn take_to_comma(input: ParseStream) -> syn::Result<TokenStream> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        let mut taken = TokenStream::new();
+        while let Some((tt, next)) = rest.token_tree() {
+            if matches!(&tt, TokenTree::Punct(p) if p.as_char() == ',') {
+                break;
+            }
+            taken.extend([tt]);
+            rest = next;
+        }
+        Ok((taken, rest))
+    })
+}
+
+fn skip_to_comma(input: ParseStream) -> syn::Result<()> {
+    take_to_comma(input).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tokens: TokenStream) -> Args {
+        match syn::parse2::<Args>(tokens) {
+            Ok(args) => args,
+            Err(e) => panic!("hard parse error: {e}"),
+        }
+    }
+
+    fn errors(tokens: TokenStream) -> Vec<String> {
+        match parse(tokens).errors.0 {
+            Some(e) => e.into_iter().map(|e| e.to_string()).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn all_options() {
+        let args = parse(quote::quote! {
+            key = "draw:<date>", ttl = "10s", renew, wait = "2s", at_least = "1m30s",
+            client = self.locks.clone(), crate = "::my::leasehold",
+        });
+        assert!(args.errors.is_empty());
+        assert_eq!(args.key.map(|k| k.value()).as_deref(), Some("draw:<date>"));
+        assert_eq!(args.ttl.map(|d| d.millis), Some(10_000));
+        assert!(args.renew);
+        assert_eq!(args.wait.map(|d| d.millis), Some(2_000));
+        assert_eq!(args.at_least.map(|d| d.millis), Some(90_000));
+        assert_eq!(
+            args.client
+                .map(|c| c.into_token_stream().to_string())
+                .as_deref(),
+            Some("self . locks . clone ()")
+        );
+        assert_eq!(
+            args.krate
+                .map(|c| c.into_token_stream().to_string())
+                .as_deref(),
+            Some(":: my :: leasehold")
+        );
+    }
+
+    #[test]
+    fn key_alone() {
+        let args = parse(quote::quote!(key = "report"));
+        assert!(args.errors.is_empty());
+        assert!(!args.renew);
+        assert!(args.ttl.is_none() && args.wait.is_none() && args.at_least.is_none());
+        assert!(args.client.is_none() && args.krate.is_none());
+    }
+
+    #[test]
+    fn client_expressions_with_commas() {
+        let args = parse(quote::quote!(client = pick(a, b), key = "k"));
+        assert!(args.errors.is_empty());
+        let args = parse(quote::quote!(
+            key = "k",
+            client = Pool::<A, B>::get(&x).await
+        ));
+        assert!(args.errors.is_empty());
+        assert_eq!(
+            args.client
+                .map(|c| c.into_token_stream().to_string())
+                .as_deref(),
+            Some("Pool :: < A , B > :: get (& x) . await")
+        );
+    }
+
+    #[test]
+    fn missing_key() {
+        assert_eq!(
+            errors(quote::quote!()),
+            vec![
+                "missing option `key`: #[distributed_lock] needs the name of the lock, as in \
+                 `key = \"job:<id>\"`"
+            ]
+        );
+        assert_eq!(errors(quote::quote!(ttl = "1s")).len(), 1);
+    }
+
+    #[test]
+    fn unknown_option() {
+        assert_eq!(
+            errors(quote::quote!(key = "k", timeout = "1s")),
+            vec![
+                "unknown option `timeout`; the options are `key`, `ttl`, `renew`, `wait`, \
+                 `at_least`, `client`, `crate`"
+            ]
+        );
+        assert_eq!(errors(quote::quote!(key = "k", fn)).len(), 1);
+        assert_eq!(errors(quote::quote!(key = "k", "x")).len(), 1);
+    }
+
+    #[test]
+    fn duplicate_option() {
+        assert_eq!(
+            errors(quote::quote!(key = "k", ttl = "1s", ttl = "2s")),
+            vec!["duplicate option `ttl`: give each option at most once"]
+        );
+        assert_eq!(errors(quote::quote!(key = "a", key = "b")).len(), 1);
+        assert_eq!(errors(quote::quote!(key = "a", renew, renew)).len(), 1);
+        // A duplicate of an invalid option is still a duplicate.
+        assert_eq!(
+            errors(quote::quote!(key = "k", ttl = "1x", ttl = "2s")).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn renew_takes_no_value() {
+        for tokens in [
+            quote::quote!(key = "k", renew = true),
+            quote::quote!(key = "k", renew = false),
+            quote::quote!(renew(true), key = "k"),
+        ] {
+            assert_eq!(
+                errors(tokens),
+                vec![
+                    "`renew` takes no value: write `renew` to keep the lease alive while the \
+                     body runs, or leave it out"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn values_must_be_strings() {
+        assert_eq!(
+            errors(quote::quote!(key = "k", ttl = 10)),
+            vec!["`ttl` takes a string literal, with a unit, as in `ttl = \"10s\"`"]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = id)),
+            vec!["`key` takes a string literal, as in `key = \"order:<id>\"`"]
+        );
+        assert_eq!(
+            errors(quote::quote!(key)),
+            vec!["`key` needs a value, as in `key = \"order:<id>\"`"]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", crate = leasehold)),
+            vec!["`crate` takes a string literal, as in `crate = \"::leasehold\"`"]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", crate = "not a path")),
+            vec![
+                "`crate` must name the path of the leasehold crate, as in \"::leasehold\", not \
+                 \"not a path\""
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_durations() {
+        let errors = errors(quote::quote!(
+            key = "k",
+            ttl = "10x",
+            wait = "10M",
+            at_least = "0s"
+        ));
+        assert_eq!(errors.len(), 3);
+        assert!(errors[0].starts_with("invalid `ttl` duration \"10x\": unknown unit `x`"));
+        assert!(errors[1].starts_with("invalid `wait` duration \"10M\""));
+        assert!(errors[2].starts_with("invalid `at_least` duration \"0s\""));
+    }
+
+    #[test]
+    fn missing_comma() {
+        assert_eq!(
+            errors(quote::quote!(key = "k" ttl = "1s")),
+            vec!["expected `,` between options"]
+        );
+        assert_eq!(errors(quote::quote!(key = "k" "j", renew)).len(), 1);
+    }
+
+    #[test]
+    fn client_needs_an_expression() {
+        assert_eq!(errors(quote::quote!(key = "k", client =)).len(), 1);
+        assert_eq!(errors(quote::quote!(key = "k", client = , renew)).len(), 1);
+        assert_eq!(errors(quote::quote!(key = "k", client)).len(), 1);
+    }
+
+    #[test]
+    fn every_error_is_reported() {
+        let errors = errors(quote::quote!(
+            ttl = "10x",
+            foo,
+            renew = yes,
+            wait = "1d",
+            wait = "1s",
+            bar = 1,
+        ));
+        assert_eq!(errors.len(), 7, "{errors:#?}");
+        assert!(errors[6].starts_with("missing option `key`"));
+    }
+
+    #[test]
+    fn trailing_comma() {
+        assert!(parse(quote::quote!(key = "k",)).errors.is_empty());
+    }
+}

@@ -1,0 +1,375 @@
+//! Durations written as strings in the attribute (`"10s"`, `"1m30s"`, `"500ms"`),
+//! parsed at expansion time into a number of milliseconds.
+
+use std::fmt;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+use syn::LitStr;
+
+/// The longest duration accepted: 7 days. Anything longer is almost certainly a
+/// mistake (a lease nobody can take over for a week).
+pub(crate) const MAX_MILLIS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// What the error messages say about the accepted syntax.
+pub(crate) const HELP: &str = "write a number followed by a unit: `ms`, `s`, `m` (minutes) or `h`, \
+     or a combination from the largest unit down such as \"1m30s\" or \"1h2m3s500ms\"";
+
+/// The units, from the largest to the smallest.
+const UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DurationError {
+    /// `""`
+    Empty,
+    /// `"10 s"`, `" 10s"`
+    Whitespace,
+    /// `"s"`, `"ms10"`, `"-1s"`: something other than a number where a number is due.
+    ExpectedNumber { found: String },
+    /// `"10"`, `"1m30"`
+    MissingUnit { number: String },
+    /// `"1.5s"`, `"1,5s"`
+    Fraction,
+    /// `"10x"`, `"10M"`, `"1d"`, `"10sec"`
+    UnknownUnit { unit: String },
+    /// `"30s1m"`, `"1s1s"`
+    UnitOrder { unit: &'static str },
+    /// `"0s"`, `"0m0s"`
+    Zero,
+    /// More than [`MAX_MILLIS`], or a number that overflows.
+    TooLong,
+}
+
+impl fmt::Display for DurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurationError::Empty => f.write_str("the duration is empty"),
+            DurationError::Whitespace => f.write_str("whitespace is not allowed in a duration"),
+            DurationError::ExpectedNumber { found } => {
+                write!(f, "expected a number, found `{found}`")
+            }
+            DurationError::MissingUnit { number } => write!(f, "`{number}` has no unit"),
+            DurationError::Fraction => f.write_str("fractions are not allowed"),
+            DurationError::UnknownUnit { unit } if unit == "M" => f.write_str(
+                "unknown unit `M` (months are not supported; minutes are a lower-case `m`)",
+            ),
+            DurationError::UnknownUnit { unit } => write!(f, "unknown unit `{unit}`"),
+            DurationError::UnitOrder { unit } => write!(
+                f,
+                "unit `{unit}` comes too late: units go from the largest to the smallest, each at most once"
+            ),
+            DurationError::Zero => f.write_str("the duration must be greater than zero"),
+            DurationError::TooLong => f.write_str("the duration is longer than 7 days"),
+        }
+    }
+}
+
+/// Parses `1h2m3s500ms`-style durations into milliseconds.
+pub(crate) fn parse(input: &str) -> Result<u64, DurationError> {
+    if input.is_empty() {
+        return Err(DurationError::Empty);
+    }
+    if input.chars().any(char::is_whitespace) {
+        return Err(DurationError::Whitespace);
+    }
+    let mut rest = input;
+    let mut total: u64 = 0;
+    // Index in `UNITS` of the next unit allowed (units go from the largest down).
+    let mut next_unit = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(DurationError::ExpectedNumber {
+                found: rest.to_owned(),
+            });
+        }
+        let (number, after) = rest.split_at(digits);
+        if after.starts_with(['.', ',']) {
+            return Err(DurationError::Fraction);
+        }
+        let unit_len: usize = after
+            .chars()
+            .take_while(|c| c.is_alphabetic())
+            .map(char::len_utf8)
+            .sum();
+        if unit_len == 0 {
+            if after.is_empty() {
+                return Err(DurationError::MissingUnit {
+                    number: number.to_owned(),
+                });
+            }
+            // A number followed by punctuation, e.g. `10-` or `10_s`.
+            return Err(DurationError::UnknownUnit {
+                unit: after.chars().take(1).collect(),
+            });
+        }
+        let (unit, after_unit) = after.split_at(unit_len);
+        let Some(index) = UNITS.iter().position(|(name, _)| *name == unit) else {
+            return Err(DurationError::UnknownUnit {
+                unit: unit.to_owned(),
+            });
+        };
+        if index < next_unit {
+            return Err(DurationError::UnitOrder {
+                unit: UNITS[index].0,
+            });
+        }
+        next_unit = index + 1;
+        let value: u64 = number.parse().map_err(|_| DurationError::TooLong)?;
+        total = value
+            .checked_mul(UNITS[index].1)
+            .and_then(|millis| total.checked_add(millis))
+            .ok_or(DurationError::TooLong)?;
+        if total > MAX_MILLIS {
+            return Err(DurationError::TooLong);
+        }
+        rest = after_unit;
+    }
+    if total == 0 {
+        return Err(DurationError::Zero);
+    }
+    Ok(total)
+}
+
+/// Parses the string literal given to option `option`, with an error at the literal.
+pub(crate) fn parse_lit(option: &str, lit: &LitStr) -> syn::Result<u64> {
+    let value = lit.value();
+    parse(&value).map_err(|err| {
+        syn::Error::new(
+            lit.span(),
+            format!("invalid `{option}` duration \"{value}\": {err}; {HELP}"),
+        )
+    })
+}
+
+/// `::core::time::Duration::from_millis(N)`.
+///
+/// Deliberately not spanned at the user's literal: the expression cannot fail to
+/// compile, and with the macro's own span lints such as clippy's
+/// `duration_suboptimal_units` know that the user did not write it.
+pub(crate) fn to_tokens(millis: u64) -> TokenStream {
+    let n = Literal::u64_unsuffixed(millis);
+    quote! { ::core::time::Duration::from_millis(#n) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(s: &str) -> u64 {
+        match parse(s) {
+            Ok(ms) => ms,
+            Err(e) => panic!("{s:?} should parse, got {e}"),
+        }
+    }
+
+    fn err(s: &str) -> DurationError {
+        match parse(s) {
+            Ok(ms) => panic!("{s:?} should be rejected, got {ms} ms"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn single_units() {
+        assert_eq!(ok("1ms"), 1);
+        assert_eq!(ok("500ms"), 500);
+        assert_eq!(ok("1s"), 1_000);
+        assert_eq!(ok("10s"), 10_000);
+        assert_eq!(ok("1m"), 60_000);
+        assert_eq!(ok("5m"), 300_000);
+        assert_eq!(ok("1h"), 3_600_000);
+        assert_eq!(ok("24h"), 86_400_000);
+    }
+
+    #[test]
+    fn combinations() {
+        assert_eq!(ok("1m30s"), 90_000);
+        assert_eq!(ok("1h2m3s500ms"), 3_723_500);
+        assert_eq!(ok("1h30m"), 5_400_000);
+        assert_eq!(ok("2s250ms"), 2_250);
+        assert_eq!(ok("1h500ms"), 3_600_500);
+        assert_eq!(ok("1m0s"), 60_000);
+        assert_eq!(ok("0m5s"), 5_000);
+    }
+
+    #[test]
+    fn large_numbers_in_small_units() {
+        assert_eq!(ok("90s"), 90_000);
+        assert_eq!(ok("1500ms"), 1_500);
+        assert_eq!(ok("120m"), 7_200_000);
+        assert_eq!(ok("007s"), 7_000);
+    }
+
+    #[test]
+    fn seven_days_is_the_limit() {
+        assert_eq!(ok("168h"), MAX_MILLIS);
+        assert_eq!(ok("167h60m"), MAX_MILLIS);
+        assert_eq!(err("168h1ms"), DurationError::TooLong);
+        assert_eq!(err("169h"), DurationError::TooLong);
+        assert_eq!(err("10081m"), DurationError::TooLong);
+        assert_eq!(err("604800001ms"), DurationError::TooLong);
+    }
+
+    #[test]
+    fn overflow_is_too_long_not_a_panic() {
+        assert_eq!(err("99999999999999999999999s"), DurationError::TooLong);
+        assert_eq!(err("18446744073709551615h"), DurationError::TooLong);
+        assert_eq!(err("18446744073709551615ms"), DurationError::TooLong);
+    }
+
+    #[test]
+    fn rejects_empty() {
+        assert_eq!(err(""), DurationError::Empty);
+    }
+
+    #[test]
+    fn rejects_whitespace() {
+        assert_eq!(err(" 10s"), DurationError::Whitespace);
+        assert_eq!(err("10s "), DurationError::Whitespace);
+        assert_eq!(err("10 s"), DurationError::Whitespace);
+        assert_eq!(err("1m 30s"), DurationError::Whitespace);
+        assert_eq!(err("10\ts"), DurationError::Whitespace);
+        assert_eq!(err(" "), DurationError::Whitespace);
+    }
+
+    #[test]
+    fn rejects_zero() {
+        assert_eq!(err("0s"), DurationError::Zero);
+        assert_eq!(err("0ms"), DurationError::Zero);
+        assert_eq!(err("0h0m0s0ms"), DurationError::Zero);
+        assert_eq!(err("00m"), DurationError::Zero);
+    }
+
+    #[test]
+    fn rejects_unknown_units() {
+        for (input, unit) in [
+            ("10x", "x"),
+            ("10M", "M"),
+            ("1d", "d"),
+            ("2w", "w"),
+            ("1y", "y"),
+            ("10S", "S"),
+            ("10H", "H"),
+            ("10MS", "MS"),
+            ("10Ms", "Ms"),
+            ("10sec", "sec"),
+            ("10secs", "secs"),
+            ("10min", "min"),
+            ("5us", "us"),
+            ("5ns", "ns"),
+            ("10µs", "µs"),
+            ("1mss", "mss"),
+            ("1m30x", "x"),
+            ("10-", "-"),
+            ("10_s", "_"),
+        ] {
+            assert_eq!(
+                err(input),
+                DurationError::UnknownUnit { unit: unit.into() },
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn months_get_a_hint() {
+        let message = err("10M").to_string();
+        assert!(message.contains("months are not supported"), "{message}");
+        assert!(message.contains("lower-case `m`"), "{message}");
+    }
+
+    #[test]
+    fn rejects_missing_unit() {
+        assert_eq!(
+            err("10"),
+            DurationError::MissingUnit {
+                number: "10".into()
+            }
+        );
+        assert_eq!(
+            err("1m30"),
+            DurationError::MissingUnit {
+                number: "30".into()
+            }
+        );
+        assert_eq!(err("0"), DurationError::MissingUnit { number: "0".into() });
+    }
+
+    #[test]
+    fn rejects_missing_number() {
+        for (input, found) in [
+            ("s", "s"),
+            ("ms", "ms"),
+            ("m30s", "m30s"),
+            ("-1s", "-1s"),
+            ("+1s", "+1s"),
+            ("1m-30s", "-30s"),
+            (".5s", ".5s"),
+            ("x", "x"),
+            ("10s_", "_"),
+            ("1s+", "+"),
+        ] {
+            assert_eq!(
+                err(input),
+                DurationError::ExpectedNumber {
+                    found: found.into()
+                },
+                "{input}"
+            );
+        }
+        assert_eq!(
+            err("1ms5"),
+            DurationError::MissingUnit { number: "5".into() }
+        );
+    }
+
+    #[test]
+    fn rejects_fractions() {
+        assert_eq!(err("1.5s"), DurationError::Fraction);
+        assert_eq!(err("1,5s"), DurationError::Fraction);
+        assert_eq!(err("0.5h"), DurationError::Fraction);
+    }
+
+    #[test]
+    fn rejects_units_out_of_order_or_repeated() {
+        assert_eq!(err("30s1m"), DurationError::UnitOrder { unit: "m" });
+        assert_eq!(err("1s1s"), DurationError::UnitOrder { unit: "s" });
+        assert_eq!(err("500ms1s"), DurationError::UnitOrder { unit: "s" });
+        assert_eq!(err("1m1h"), DurationError::UnitOrder { unit: "h" });
+        assert_eq!(err("1h1h"), DurationError::UnitOrder { unit: "h" });
+    }
+
+    #[test]
+    fn every_message_is_readable() {
+        for input in [
+            "", " ", "s", "10", "1.5s", "10x", "10M", "30s1m", "0s", "169h",
+        ] {
+            let message = err(input).to_string();
+            assert!(!message.is_empty());
+            assert!(!message.ends_with('.'), "{message}");
+        }
+    }
+
+    #[test]
+    fn literal_errors_name_the_option_and_the_units() {
+        let lit = LitStr::new("10x", proc_macro2::Span::call_site());
+        let message = match parse_lit("ttl", &lit) {
+            Ok(ms) => panic!("accepted as {ms}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            message.starts_with("invalid `ttl` duration \"10x\""),
+            "{message}"
+        );
+        for unit in ["`ms`", "`s`", "`m`", "`h`"] {
+            assert!(message.contains(unit), "{message}");
+        }
+    }
+
+    #[test]
+    fn emits_from_millis() {
+        let tokens = to_tokens(90_000).to_string();
+        assert_eq!(tokens, ":: core :: time :: Duration :: from_millis (90000)");
+    }
+}

@@ -1,0 +1,329 @@
+//! The rewrite: the signature stays as written, the body runs inside the lock.
+
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{AttrStyle, Expr, ItemFn, ReturnType, Type};
+
+use crate::attr::{Args, Errors};
+use crate::template::{self, Params};
+
+/// Expands `#[distributed_lock(attr)] item`. On any error, returns the errors and
+/// the item unchanged, so that the rest of the crate (and IDEs) still see the fn.
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let mut args = match syn::parse2::<Args>(attr) {
+        Ok(args) => args,
+        Err(error) => {
+            errors.push(error);
+            Args::default()
+        }
+    };
+    errors.extend(std::mem::take(&mut args.errors));
+
+    let func = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "#[distributed_lock] only works on async fn (with a body)",
+            ));
+            return with_errors(&errors, item);
+        }
+    };
+    if func.sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span,
+            "#[distributed_lock] only works on async fn",
+        ));
+    }
+    let params = Params::of(&func.sig);
+    let key = match &args.key {
+        Some(lit) => match template::check(lit, &params) {
+            Ok(key) => Some(key),
+            Err(error) => {
+                errors.push(error);
+                None
+            }
+        },
+        None => None,
+    };
+    match key {
+        Some(key) if errors.is_empty() => rewrite(func, &args, &key),
+        _ => {
+            if errors.is_empty() {
+                // Unreachable in practice (a missing or invalid key is reported
+                // above), but never emit the function silently without its lock.
+                errors.push(syn::Error::new(Span::call_site(), "missing option `key`"));
+            }
+            with_errors(&errors, item)
+        }
+    }
+}
+
+fn with_errors(errors: &Errors, item: TokenStream) -> TokenStream {
+    let mut tokens = errors.to_compile_errors();
+    tokens.extend(item);
+    tokens
+}
+
+/// A local of the generated code: `mixed_site` hygiene, so that it can neither
+/// capture nor shadow a name of the user's.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
+
+    let krate = match &args.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::leasehold),
+    };
+
+    // The declared return type; `_` (inferred) when it contains `impl Trait`, which
+    // cannot be named inside the body.
+    let (ret, ret_span) = match &sig.output {
+        ReturnType::Default => (quote!(()), sig.ident.span()),
+        ReturnType::Type(_, ty) => (ty.to_token_stream(), ty.span()),
+    };
+    let nameable = !contains_impl_trait(&sig.output);
+    let fallback = if nameable {
+        quote_spanned! {ret_span=> <#ret as #krate::LockFallback>::from_lock_error }
+    } else {
+        quote_spanned! {ret_span=> <_ as #krate::LockFallback>::from_lock_error }
+    };
+
+    let client = local("__lh_client");
+    let request = local("__lh_request");
+    let key_var = local("__lh_key");
+    let value = local("__lh_value");
+    let error = local("__lh_error");
+    let never = local("__lh_never");
+
+    let client_init = match &args.client {
+        Some(expr) => client_expr(expr),
+        None => quote! {
+            &match #krate::__private::global_client() {
+                ::core::result::Result::Ok(#value) => #value,
+                ::core::result::Result::Err(#error) => return #fallback(#error),
+            }
+        },
+    };
+    let key_expr = key.to_tokens();
+
+    let mut options = TokenStream::new();
+    if let Some(ttl) = &args.ttl {
+        let d = ttl.to_tokens();
+        options.extend(quote!(.ttl(#d)));
+    }
+    if args.renew {
+        options.extend(quote!(.renew(true)));
+    }
+    if let Some(wait) = &args.wait {
+        let d = wait.to_tokens();
+        options.extend(quote!(.wait(#d)));
+    }
+    if let Some(at_least) = &args.at_least {
+        let d = at_least.to_tokens();
+        options.extend(quote!(.at_least(#d)));
+    }
+
+    // Pins the output type of the body's async block to the declared return type, so
+    // that `?` and `return` inside the body convert exactly as in the original fn.
+    let pin_output = if nameable {
+        quote! {
+            #[allow(
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value,
+                clippy::needless_return,
+                clippy::unreachable
+            )]
+            if false {
+                let #never: #ret = loop {};
+                return #never;
+            }
+        }
+    } else {
+        TokenStream::new()
+    };
+
+    quote! {
+        #(#outer)*
+        #vis #sig {
+            #(#inner)*
+            let #request = {
+                let #client: &#krate::__private::LockClient = #client_init;
+                let #key_var = #key_expr;
+                #krate::__private::LockClient::lock(#client, #key_var) #options
+            };
+            match #request.run(async move { #pin_output #block }).await {
+                ::core::result::Result::Ok(#value) => #value,
+                ::core::result::Result::Err(#error) => #fallback(#error),
+            }
+        }
+    }
+}
+
+/// `&(expr)`, spanned from the first to the last token of the expression, so that
+/// a value of the wrong type is reported there.
+fn client_expr(expr: &Expr) -> TokenStream {
+    let tokens = expr.to_token_stream();
+    let first = tokens
+        .clone()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |tt| tt.span());
+    let last = tokens
+        .clone()
+        .into_iter()
+        .last()
+        .map_or(first, |tt| tt.span());
+    let mut parens = Group::new(Delimiter::Parenthesis, tokens);
+    parens.set_span(last);
+    quote_spanned! {first=> &#parens }
+}
+
+/// Whether `impl Trait` appears anywhere in the return type.
+fn contains_impl_trait(output: &ReturnType) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|tt| match tt {
+            TokenTree::Ident(ident) => ident == "impl",
+            TokenTree::Group(group) => scan(group.stream()),
+            _ => false,
+        })
+    }
+    match output {
+        ReturnType::Default => false,
+        ReturnType::Type(_, ty) => scan(Type::to_token_stream(ty)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(attr: TokenStream, item: TokenStream) -> String {
+        expand(attr, item).to_string()
+    }
+
+    #[test]
+    fn detects_impl_trait() {
+        let sig = |s: &str| -> syn::Signature {
+            match syn::parse_str(s) {
+                Ok(sig) => sig,
+                Err(e) => panic!("{s}: {e}"),
+            }
+        };
+        assert!(!contains_impl_trait(&sig("async fn f()").output));
+        assert!(!contains_impl_trait(
+            &sig("async fn f() -> Result<u8, E>").output
+        ));
+        assert!(contains_impl_trait(
+            &sig("async fn f() -> impl Debug").output
+        ));
+        assert!(contains_impl_trait(
+            &sig("async fn f() -> Option<impl Debug>").output
+        ));
+        assert!(contains_impl_trait(
+            &sig("async fn f() -> Result<Vec<(u8, impl Debug)>, E>").output
+        ));
+    }
+
+    #[test]
+    fn errors_keep_the_original_item() {
+        let item = quote!(
+            fn not_async(x: u32) -> u32 {
+                x
+            }
+        );
+        let out = expand_str(quote!(key = "k"), item.clone());
+        assert!(out.contains("compile_error"));
+        assert!(out.ends_with(&item.to_string()));
+    }
+
+    #[test]
+    fn no_key_no_expansion() {
+        let item = quote!(
+            async fn f() {}
+        );
+        let out = expand_str(quote!(ttl = "1s"), item.clone());
+        assert!(out.contains("compile_error"));
+        assert!(out.ends_with(&item.to_string()));
+    }
+
+    #[test]
+    fn expands_all_options() {
+        let out = expand_str(
+            quote!(
+                key = "draw:<date>",
+                ttl = "10s",
+                renew,
+                wait = "2s",
+                at_least = "30s"
+            ),
+            quote!(
+                pub async fn draw(date: u32) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        for part in [
+            "pub async fn draw (date : u32) -> Result < u8 , E > {",
+            ":: leasehold :: __private :: global_client ()",
+            ":: std :: format ! (\"draw:{}\" , date)",
+            ". ttl (:: core :: time :: Duration :: from_millis (10000))",
+            ". renew (true)",
+            ". wait (:: core :: time :: Duration :: from_millis (2000))",
+            ". at_least (:: core :: time :: Duration :: from_millis (30000))",
+            "< Result < u8 , E > as :: leasehold :: LockFallback > :: from_lock_error",
+            "let __lh_never : Result < u8 , E > = loop { } ;",
+        ] {
+            assert!(out.contains(part), "missing {part}\nin {out}");
+        }
+        assert!(!out.contains("compile_error"));
+    }
+
+    #[test]
+    fn client_and_crate_options() {
+        let out = expand_str(
+            quote!(
+                key = "k",
+                client = self.locks.clone(),
+                crate = "crate::facade"
+            ),
+            quote!(
+                async fn f(&self) {}
+            ),
+        );
+        assert!(out.contains("& (self . locks . clone ())"), "{out}");
+        assert!(out.contains("crate :: facade :: __private :: LockClient :: lock"));
+        assert!(!out.contains("global_client"));
+        assert!(!out.contains(":: leasehold ::"));
+        assert!(out.contains("< () as crate :: facade :: LockFallback >"));
+    }
+
+    #[test]
+    fn impl_trait_return_is_not_pinned() {
+        let out = expand_str(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Option<impl Debug> {
+                    Some(1)
+                }
+            ),
+        );
+        assert!(!out.contains("__lh_never"));
+        assert!(out.contains("< _ as :: leasehold :: LockFallback >"));
+    }
+}
