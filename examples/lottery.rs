@@ -104,7 +104,13 @@ return 1
 ";
 
 impl WinnerStore {
-    async fn write(&self, date: Date, token: u64, by: &str, winners: &str) -> Result<bool, AppError> {
+    async fn write(
+        &self,
+        date: Date,
+        token: u64,
+        by: &str,
+        winners: &str,
+    ) -> Result<bool, AppError> {
         let key = format!("lottery:winners:{date}");
         match self {
             WinnerStore::Redis(conn) => {
@@ -147,7 +153,11 @@ impl WinnerStore {
                     fields.get("winners")?
                 ))
             }
-            WinnerStore::Memory(map) => map.lock().ok()?.get(&key).map(|(t, w)| format!("token {t}, {w}")),
+            WinnerStore::Memory(map) => map
+                .lock()
+                .ok()?
+                .get(&key)
+                .map(|(t, w)| format!("token {t}, {w}")),
         }
     }
 }
@@ -168,7 +178,11 @@ impl Instance {
         let winners = pick_winners(token ^ u64::from(date.day), WINNERS);
         // The draw takes a moment; the watchdog keeps the lease alive.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let list = winners.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let list = winners
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         if !self.store.write(date, token, &self.name, &list).await? {
             return Err(AppError::Store(format!(
                 "refused: a draw with a newer fencing token than {token} is already stored"
@@ -211,7 +225,9 @@ async fn main() {
     let (store, clients): (WinnerStore, Vec<LockClient>) = match connect(&url).await {
         Ok(first) => {
             let conn = async {
-                redis::Client::open(url.as_str())?.get_connection_manager().await
+                redis::Client::open(url.as_str())?
+                    .get_connection_manager()
+                    .await
             }
             .await;
             match conn {
@@ -237,7 +253,9 @@ async fn main() {
         }
         Err(e) => {
             println!("No Redis answered at {url} ({e}).");
-            println!("Notice: running with leasehold's in-memory backend instead (one process, same semantics).");
+            println!(
+                "Notice: running with leasehold's in-memory backend instead (one process, same semantics)."
+            );
             let clients = (0..INSTANCES).map(|_| LockClient::in_memory()).collect();
             (WinnerStore::Memory(Arc::default()), clients)
         }
@@ -255,7 +273,9 @@ async fn main() {
         })
         .collect();
 
-    println!("It is noon on {date}: {INSTANCES} instances race to draw {WINNERS} winners out of {ELIGIBLE_USERS} users.\n");
+    println!(
+        "It is noon on {date}: {INSTANCES} instances race to draw {WINNERS} winners out of {ELIGIBLE_USERS} users.\n"
+    );
     let noon = Arc::new(tokio::sync::Barrier::new(INSTANCES));
     let runs: Vec<_> = instances
         .iter()
@@ -281,7 +301,9 @@ async fn main() {
                 println!("{name}: drew the winners {winners:?}");
             }
             Err(AppError::Lock(LockError::Busy { key })) => {
-                println!("{name}: skipped, `{key}` is taken (another instance is drawing, or drew less than 30 s ago)");
+                println!(
+                    "{name}: skipped, `{key}` is taken (another instance is drawing, or drew less than 30 s ago)"
+                );
             }
             Err(e) => println!("{name}: failed: {e}"),
         }
@@ -294,7 +316,9 @@ async fn main() {
     }
     match drew {
         1 => println!("Exactly one instance drew."),
-        0 => println!("No instance drew in this run: today's draw already happened (the lock is kept 30 s by at_least)."),
+        0 => println!(
+            "No instance drew in this run: today's draw already happened (the lock is kept 30 s by at_least)."
+        ),
         n => println!("BUG: {n} instances drew."),
     }
 }

@@ -252,8 +252,9 @@ async fn waiter_is_woken_by_the_release() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     guard.release().await.unwrap();
-    waiter
+    let got = waiter
         .await
         .unwrap()
         .expect("woken by the release, long before the 60 s lease ends");
+    got.release().await.unwrap();
 }
