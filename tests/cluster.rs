@@ -374,3 +374,29 @@ async fn unreachable_nodes_fail_promptly_without_leaking_the_password() {
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains(":***@127.0.0.1"), "{text}");
 }
+
+mod with_the_attribute {
+    use super::*;
+    use leasehold::distributed_lock;
+
+    #[distributed_lock(key = "job:<name>", ttl = "2s", renew, client = client)]
+    async fn job(client: &LockClient, name: &str) -> Result<Option<u64>, LockError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(leasehold::fencing_token())
+    }
+
+    #[tokio::test]
+    async fn the_attribute_works_unchanged_on_cluster() {
+        let cluster = RedisCluster::start(3);
+        let a = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+        let b = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+        let (first, second) = tokio::join!(job(&a, "x"), job(&b, "x"));
+        let outcomes = [first, second];
+        let ran = outcomes.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let busy = outcomes
+            .iter()
+            .filter(|r| matches!(r, Err(LockError::Busy { .. })))
+            .count();
+        assert_eq!((ran, busy), (1, 1), "{outcomes:?}");
+    }
+}

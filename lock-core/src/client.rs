@@ -104,9 +104,19 @@ impl LockClient {
     }
 
     /// Connect to N independent Redis masters and lock by majority (Redlock):
-    /// a lock is held when N/2 + 1 masters granted it within its validity.
-    /// Survives the loss of a minority of masters. See the crate docs for what
-    /// fencing tokens mean here.
+    /// a lock is held when N/2 + 1 masters granted it, contacted in parallel,
+    /// with validity left (ttl − elapsed − drift, drift = ttl/100 + 2 ms).
+    /// Survives the loss of a minority of masters; a failed attempt is undone
+    /// on every node. Release, extend and renewal need a majority too.
+    ///
+    /// **Fencing tokens on Redlock.** Each master keeps its own counter; the
+    /// token is the highest among the granting masters, and the others are
+    /// raised to it before `acquire` returns (or the acquisition fails). Since
+    /// any two majorities share a master, successive holders get strictly
+    /// increasing tokens **as long as no master loses its data** (a master
+    /// restarted without persistence forgets its counter, as it forgets its
+    /// locks). This is the stated assumption under which Redlock is safe at
+    /// all; if you cannot make it, do not rely on Redlock for exclusion either.
     ///
     /// Fails with [`LockError::Quorum`] if fewer than a majority answer.
     pub async fn connect_redlock<I, S>(urls: I) -> Result<LockClient, LockError>

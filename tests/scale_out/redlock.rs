@@ -258,3 +258,28 @@ async fn waiter_is_woken_by_the_release() {
         .expect("woken by the release, long before the 60 s lease ends");
     got.release().await.unwrap();
 }
+
+mod with_the_attribute {
+    use super::*;
+    use leasehold::distributed_lock;
+
+    #[distributed_lock(key = "job:<name>", ttl = "2s", renew, client = client)]
+    async fn job(client: &LockClient, name: &str) -> Result<Option<u64>, LockError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(leasehold::fencing_token())
+    }
+
+    #[tokio::test]
+    async fn the_attribute_works_unchanged_on_redlock() {
+        let nodes = masters(3);
+        let (a, b) = (client(&nodes).await, client(&nodes).await);
+        let (first, second) = tokio::join!(job(&a, "x"), job(&b, "x"));
+        let outcomes = [first, second];
+        let ran = outcomes.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let busy = outcomes
+            .iter()
+            .filter(|r| matches!(r, Err(LockError::Busy { .. })))
+            .count();
+        assert_eq!((ran, busy), (1, 1), "{outcomes:?}");
+    }
+}
