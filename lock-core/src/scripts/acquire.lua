@@ -7,7 +7,21 @@
 --
 -- Returns {1, fence}  acquired (or already ours: a retried call after a lost reply)
 --         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: no expiry)
---         {-1, i}     KEYS[i] holds a value of another type; nothing was written
+--         {-1, i}     KEYS[i] holds a value of another type; nothing was changed
+
+-- The common case first: the lock is free. (SET NX does not fail on a key
+-- of another type, it just finds the key taken.)
+local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if type(set) == 'table' and set.ok then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then
+    -- The counter is not a number: undo our own write, change nothing else.
+    redis.call('DEL', KEYS[1])
+    return {-1, 2}
+  end
+  return {1, fence}
+end
+
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return {-1, 1}
@@ -24,15 +38,4 @@ if holder == ARGV[1] then
   return {1, tonumber(fence) or 0}
 end
 
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-
--- Increment the fence before writing the lock: if the counter is of the wrong
--- type this fails before anything is written.
-local fence = redis.pcall('INCR', KEYS[2])
-if type(fence) == 'table' then
-  return {-1, 2}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, fence}
+return {0, redis.call('PTTL', KEYS[1])}
