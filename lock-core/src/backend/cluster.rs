@@ -41,7 +41,7 @@ use redis::{
 };
 use tokio::sync::{OnceCell, mpsc};
 
-use super::redis::{acquire_on, backend_error, release_on, renew_on};
+use super::redis::{acquire_with, backend_error, release_with, renew_on};
 use super::subscriber::{PubSubConnection, Subscriber};
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
 use crate::client::ConnectOptions;
@@ -384,12 +384,13 @@ impl Backend for ClusterBackend {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            acquire_on(&mut con, keys, token, ttl)
-                .await
-                .map_err(|e| e.unwrap_or_else(|e| self.error(e)))
-        })
+        Box::pin(acquire_with(
+            self.conn.clone(),
+            &self.server,
+            keys,
+            token,
+            ttl,
+        ))
     }
 
     fn release<'a>(
@@ -398,17 +399,13 @@ impl Backend for ClusterBackend {
         token: &'a str,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Owned, LockError>> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            let owned = release_on(&mut con, keys, token, keep, self.publish_command())
-                .await
-                .map_err(|e| self.error(e))?;
-            if owned == Owned::Yes && keep.is_zero() {
-                // Waiters of this client need no round trip through pub/sub.
-                self.waiters.released(&keys.channel, Some(token));
-            }
-            Ok(owned)
-        })
+        Box::pin(release_with(
+            self.conn.clone(),
+            &self.server,
+            &self.waiters,
+            (keys, token, keep),
+            self.publish_command(),
+        ))
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {

@@ -265,6 +265,39 @@ pub(crate) async fn renew_on<C: ConnectionLike>(
     Ok(out)
 }
 
+/// [`acquire_on`] with errors named after `server`: the acquire of the
+/// single-server and cluster backends.
+pub(crate) async fn acquire_with<C: ConnectionLike>(
+    mut con: C,
+    server: &str,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+) -> Result<Acquired, LockError> {
+    acquire_on(&mut con, keys, token, ttl)
+        .await
+        .map_err(|e| e.unwrap_or_else(|e| backend_error(server, e)))
+}
+
+/// [`release_on`] with errors named after `server`, waking this client's
+/// next waiter directly (no round trip through pub/sub): the release of the
+/// single-server and cluster backends.
+pub(crate) async fn release_with<C: ConnectionLike>(
+    mut con: C,
+    server: &str,
+    waiters: &WaitList,
+    (keys, token, keep): (&LockKeys, &str, Duration),
+    publish: &str,
+) -> Result<Owned, LockError> {
+    let owned = release_on(&mut con, keys, token, keep, publish)
+        .await
+        .map_err(|e| backend_error(server, e))?;
+    if owned == Owned::Yes && keep.is_zero() {
+        waiters.released(&keys.channel, Some(token));
+    }
+    Ok(owned)
+}
+
 /// Whole milliseconds, at least 1 (Redis rejects a zero expiry).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -277,12 +310,13 @@ impl Backend for RedisBackend {
         token: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            acquire_on(&mut con, keys, token, ttl)
-                .await
-                .map_err(|e| e.unwrap_or_else(|e| self.error(e)))
-        })
+        Box::pin(acquire_with(
+            self.conn.clone(),
+            &self.server,
+            keys,
+            token,
+            ttl,
+        ))
     }
 
     fn release<'a>(
@@ -291,17 +325,13 @@ impl Backend for RedisBackend {
         token: &'a str,
         keep: Duration,
     ) -> BoxFuture<'a, Result<Owned, LockError>> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            let owned = release_on(&mut con, keys, token, keep, "PUBLISH")
-                .await
-                .map_err(|e| self.error(e))?;
-            if owned == Owned::Yes && keep.is_zero() {
-                // Waiters of this client need no round trip through pub/sub.
-                self.waiters.released(&keys.channel, Some(token));
-            }
-            Ok(owned)
-        })
+        Box::pin(release_with(
+            self.conn.clone(),
+            &self.server,
+            &self.waiters,
+            (keys, token, keep),
+            "PUBLISH",
+        ))
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
