@@ -2,11 +2,11 @@
 //! and whether it has been lost or released. Guards, the watchdog and the
 //! reentrancy table all look at the same [`Lease`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{LockKeys, Owned, Renewal};
@@ -46,7 +46,10 @@ pub(crate) struct Lease {
     pub(crate) at_least: Option<Duration>,
     /// How many guards (outermost + re-entries) share this lease.
     pub(crate) holders: AtomicUsize,
-    status: watch::Sender<Status>,
+    status: Mutex<Status>,
+    /// Signalled when `status.state` leaves `Held` (not on renewals: a
+    /// waiter in `lost()` re-reads the deadline when its sleep ends).
+    state_changed: Notify,
 }
 
 impl Lease {
@@ -75,15 +78,21 @@ impl Lease {
             acquired_at,
             at_least,
             holders: AtomicUsize::new(1),
-            status: watch::Sender::new(Status {
+            status: Mutex::new(Status {
                 state: State::Held,
                 valid_until,
             }),
+            state_changed: Notify::new(),
         }
     }
 
+    fn status_mut(&self) -> MutexGuard<'_, Status> {
+        // Every update is a single field write: a panic cannot tear it.
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn status(&self) -> Status {
-        *self.status.borrow()
+        *self.status_mut()
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -94,14 +103,10 @@ impl Lease {
     /// The validity deadline after a successful renewal sent at `sent_at`.
     pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
         let valid_until = sent_at + ttl - self.client.backend.drift(ttl).min(ttl);
-        self.status.send_if_modified(|status| {
-            if status.state == State::Held {
-                status.valid_until = valid_until;
-                true
-            } else {
-                false
-            }
-        });
+        let mut status = self.status_mut();
+        if status.state == State::Held {
+            status.valid_until = valid_until;
+        }
     }
 
     /// The lease is gone (refused renewal, or validity passed).
@@ -113,22 +118,28 @@ impl Lease {
         self.set_state_from_held(State::Released);
     }
 
-    fn set_state_from_held(&self, state: State) -> bool {
-        self.status.send_if_modified(|status| {
-            if status.state == State::Held {
+    fn set_state_from_held(&self, state: State) {
+        let changed = {
+            let mut status = self.status_mut();
+            let held = status.state == State::Held;
+            if held {
                 status.state = state;
-                true
-            } else {
-                false
             }
-        })
+            held
+        };
+        if changed {
+            self.state_changed.notify_waiters();
+        }
     }
 
     /// Resolves once the lease is lost (or released).
     pub(crate) async fn lost(&self) {
-        let mut rx = self.status.subscribe();
         loop {
-            let status = *rx.borrow_and_update();
+            // Armed before reading the state, so a change in between wakes us.
+            let changed = self.state_changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let status = self.status();
             if status.state != State::Held {
                 return;
             }
@@ -137,11 +148,8 @@ impl Lease {
                 return;
             }
             tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
+                () = changed => {}
+                // At the deadline, look again: a renewal may have moved it.
                 () = tokio::time::sleep_until(status.valid_until) => {}
             }
         }

@@ -50,11 +50,21 @@ pub(crate) struct LockKeys {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
+        // On every acquisition: plain pushes, not `format!`.
+        let named = |suffix: &str| {
+            let mut key = String::with_capacity(prefix.len() + name.len() + 2 + suffix.len());
+            key.push_str(prefix);
+            key.push('{');
+            key.push_str(name);
+            key.push('}');
+            key.push_str(suffix);
+            key
+        };
         LockKeys {
             name: name.to_owned(),
-            lock: format!("{prefix}{{{name}}}:lock"),
-            fence: format!("{prefix}{{{name}}}:fence"),
-            channel: format!("{prefix}{{{name}}}:released"),
+            lock: named(":lock"),
+            fence: named(":fence"),
+            channel: named(":released"),
         }
     }
 }

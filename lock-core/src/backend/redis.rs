@@ -206,12 +206,12 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     token: &str,
     ttl: Duration,
 ) -> Result<Acquired, Result<LockError, RedisError>> {
-    let (code, value): (i64, i64) = scripts::ACQUIRE
-        .key(&keys.lock)
-        .key(&keys.fence)
+    let mut cmd = scripts::evalsha(&scripts::ACQUIRE, 2);
+    cmd.arg(&keys.lock)
+        .arg(&keys.fence)
         .arg(token)
-        .arg(millis(ttl))
-        .invoke_async(con)
+        .arg(millis(ttl));
+    let (code, value): (i64, i64) = scripts::invoke(&scripts::ACQUIRE, &cmd, con)
         .await
         .map_err(Err)?;
     match code {
@@ -235,14 +235,13 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     keep: Duration,
     publish: &str,
 ) -> Result<Owned, RedisError> {
-    let code: i64 = scripts::RELEASE
-        .key(&keys.lock)
+    let mut cmd = scripts::evalsha(&scripts::RELEASE, 1);
+    cmd.arg(&keys.lock)
         .arg(token)
         .arg(if keep.is_zero() { 0 } else { millis(keep) })
         .arg(&keys.channel)
-        .arg(publish)
-        .invoke_async(con)
-        .await?;
+        .arg(publish);
+    let code: i64 = scripts::invoke(&scripts::RELEASE, &cmd, con).await?;
     Ok(Owned::from_code(code))
 }
 
@@ -252,14 +251,14 @@ pub(crate) async fn renew_on<C: ConnectionLike>(
 ) -> Result<Vec<Owned>, RedisError> {
     let mut out = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(RENEW_CHUNK) {
-        let mut invocation = scripts::RENEW.prepare_invoke();
+        let mut cmd = scripts::evalsha(&scripts::RENEW, chunk.len());
         for item in chunk {
-            invocation
-                .key(&item.keys.lock)
-                .arg(&*item.token)
-                .arg(millis(item.ttl));
+            cmd.arg(&item.keys.lock);
         }
-        let codes: Vec<i64> = invocation.invoke_async(con).await?;
+        for item in chunk {
+            cmd.arg(&*item.token).arg(millis(item.ttl));
+        }
+        let codes: Vec<i64> = scripts::invoke(&scripts::RENEW, &cmd, con).await?;
         out.extend(codes.into_iter().map(Owned::from_code));
     }
     Ok(out)

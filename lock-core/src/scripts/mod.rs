@@ -8,7 +8,8 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
 /// `acquire.lua`: take a free lock, or report the holder's remaining lease.
 pub(crate) static ACQUIRE: LazyLock<Script> =
@@ -25,3 +26,28 @@ pub(crate) static RENEW: LazyLock<Script> =
 /// `raise_fence.lua`: level a fencing counter up to an issued token (Redlock).
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
+
+/// Start an `EVALSHA` of `script` with `keys` keys: append the keys, then
+/// the arguments, and send it with [`invoke`]. Built straight into one
+/// command (no intermediate argument vectors): this is on every acquisition.
+pub(crate) fn evalsha(script: &Script, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Send a command made by [`evalsha`]; on `NOSCRIPT` (a restarted or
+/// flushed server) load the script and send it once more.
+pub(crate) async fn invoke<T: FromRedisValue, C: ConnectionLike>(
+    script: &Script,
+    cmd: &Cmd,
+    con: &mut C,
+) -> RedisResult<T> {
+    match cmd.query_async(con).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            cmd.query_async(con).await
+        }
+        other => other,
+    }
+}
