@@ -92,7 +92,7 @@ pub(crate) enum Owned {
 impl Owned {
     pub(crate) fn from_code(code: i64) -> Owned {
         match code {
-            1 => Owned::Yes,
+            1.. => Owned::Yes,
             -1 => Owned::WrongType,
             _ => Owned::No,
         }

@@ -234,7 +234,7 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     token: &str,
     keep: Duration,
     publish: &str,
-) -> Result<Owned, RedisError> {
+) -> Result<Released, RedisError> {
     let mut cmd = scripts::evalsha(&scripts::RELEASE, 1);
     cmd.arg(&keys.lock)
         .arg(token)
@@ -242,7 +242,17 @@ pub(crate) async fn release_on<C: ConnectionLike>(
         .arg(&keys.channel)
         .arg(publish);
     let code: i64 = scripts::invoke(&scripts::RELEASE, &cmd, con).await?;
-    Ok(Owned::from_code(code))
+    Ok(Released {
+        owned: Owned::from_code(code),
+        listeners: u64::try_from(code - 1).unwrap_or(0),
+    })
+}
+
+/// What `release.lua` did.
+pub(crate) struct Released {
+    pub(crate) owned: Owned,
+    /// The clients (subscriber connections) the release was announced to.
+    pub(crate) listeners: u64,
 }
 
 pub(crate) async fn renew_on<C: ConnectionLike>(
@@ -278,24 +288,46 @@ pub(crate) async fn acquire_with<C: ConnectionLike>(
         .map_err(|e| e.unwrap_or_else(|e| backend_error(server, e)))
 }
 
-/// [`release_on`] with errors named after `server`, waking this client's
-/// next waiter directly (no round trip through pub/sub): the release of the
-/// single-server and cluster backends.
+/// [`release_on`] with errors named after `server`, and the release
+/// announced to this client's waiters: the release of the single-server and
+/// cluster backends.
+///
+/// If only this client listens, its next waiter is woken at once, with no
+/// round trip through pub/sub. If other clients listen too, this client's
+/// waiter learns of the release the way theirs do, from the published
+/// message (or a moment later if that message is lost), instead of hearing
+/// of it first and winning nearly every handoff for its own instance.
 pub(crate) async fn release_with<C: ConnectionLike>(
     mut con: C,
     server: &str,
-    waiters: &WaitList,
+    waiters: &Arc<WaitList>,
     (keys, token, keep): (&LockKeys, &str, Duration),
     publish: &str,
 ) -> Result<Owned, LockError> {
-    let owned = release_on(&mut con, keys, token, keep, publish)
+    let released = release_on(&mut con, keys, token, keep, publish)
         .await
         .map_err(|e| backend_error(server, e))?;
-    if owned == Owned::Yes && keep.is_zero() {
-        waiters.released(&keys.channel, Some(token));
+    if released.owned == Owned::Yes && keep.is_zero() && waiters.has_waiters(&keys.channel) {
+        // One listener is this client's own subscriber.
+        if released.listeners <= 1 {
+            waiters.released(&keys.channel, Some(token));
+        } else {
+            let (waiters, channel, token) =
+                (waiters.clone(), keys.channel.clone(), token.to_owned());
+            tokio::spawn(async move {
+                tokio::time::sleep(SHARED_HANDOFF_FALLBACK).await;
+                // A no-op if the published message already woke a waiter.
+                waiters.released(&channel, Some(&token));
+            });
+        }
     }
-    Ok(owned)
+    Ok(released.owned)
 }
+
+/// How long a releasing client waits for the published message to reach
+/// its own waiter before waking it directly (only when other clients wait
+/// for the same lock).
+const SHARED_HANDOFF_FALLBACK: Duration = Duration::from_millis(5);
 
 /// Whole milliseconds, at least 1 (Redis rejects a zero expiry).
 pub(crate) fn millis(d: Duration) -> u64 {

@@ -173,6 +173,7 @@ impl RedlockBackend {
             let mut con = node.connection();
             release_on(&mut con, keys, token, Duration::ZERO, "PUBLISH")
                 .await
+                .map(|r| r.owned)
                 .map_err(|e| backend_error(node.server(), e))
         })
         .await;
@@ -279,6 +280,7 @@ impl Backend for RedlockBackend {
                     let mut con = node.connection();
                     release_on(&mut con, keys, token, keep, "PUBLISH")
                         .await
+                        .map(|r| r.owned)
                         .map_err(|e| backend_error(node.server(), e))
                 })
                 .await;

@@ -8,7 +8,9 @@
 -- ARGV[3]  the release channel of this lock (same hash tag as KEYS[1])
 -- ARGV[4]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
--- Returns 1 released, 0 not ours (expired, or another owner's), -1 wrong type
+-- Returns 1 + n released (n: the clients that received the announcement; 0
+--         when kept for at_least), 0 not ours (expired, or another owner's),
+--         -1 wrong type
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return -1
@@ -26,5 +28,4 @@ end
 redis.call('DEL', KEYS[1])
 -- The message is the released token, so a client that announced this
 -- release locally already can recognise it.
-redis.call(ARGV[4], ARGV[3], ARGV[1])
-return 1
+return 1 + redis.call(ARGV[4], ARGV[3], ARGV[1])
