@@ -138,7 +138,9 @@ impl LockGuard {
                 Err(lease.not_held())
             };
         }
-        lease.client.watchdog.untrack(lease.id);
+        if lease.renew {
+            lease.client.watchdog.untrack(lease.id);
+        }
         lease.release().await
     }
 }
@@ -152,7 +154,9 @@ impl Drop for LockGuard {
         if !lease.drop_holder() {
             return;
         }
-        lease.client.watchdog.untrack(lease.id);
+        if lease.renew {
+            lease.client.watchdog.untrack(lease.id);
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             // On a runtime that is shutting down the task is dropped unrun:
             // the lease then expires on its own.

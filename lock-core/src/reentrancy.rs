@@ -48,18 +48,16 @@ fn held() -> MutexGuard<'static, HashMap<Owner, Vec<Entry>>> {
     HELD.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The lease `owner` holds on `lock_key` through client `client_id`, if it
-/// is still held (a lost lease is not re-entered: the next acquisition takes
-/// a fresh one).
-pub(crate) fn find(owner: Owner, client_id: u64, lock_key: &str) -> Option<Arc<Lease>> {
+/// The lease `owner` holds on the lock named `name` through client
+/// `client_id`, if it is still held (a lost lease is not re-entered: the next
+/// acquisition takes a fresh one).
+pub(crate) fn find(owner: Owner, client_id: u64, name: &str) -> Option<Arc<Lease>> {
     let held = held();
     held.get(&owner)?
         .iter()
         .rev()
         .filter_map(|entry| entry.lease.upgrade())
-        .find(|lease| {
-            lease.client.id == client_id && lease.keys.lock == lock_key && lease.is_held()
-        })
+        .find(|lease| lease.client.id == client_id && lease.keys.name == name && lease.is_held())
 }
 
 /// Record a new guard (outermost or re-entry) of `lease` for its owner.

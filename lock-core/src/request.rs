@@ -171,11 +171,10 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         validate_key(&self.key)?;
         validate_ttl(self.ttl)?;
-        let keys = LockKeys::new(&self.client.prefix, &self.key);
         let owner = Owner::current();
 
         // Re-entry: the same task already holds it through this client.
-        if let Some(lease) = reentrancy::find(owner, self.client.id, &keys.lock) {
+        if let Some(lease) = reentrancy::find(owner, self.client.id, &self.key) {
             lease
                 .holders
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -183,7 +182,7 @@ impl LockRequest {
         }
 
         let token: Arc<str> = crate::token::owner_token()?.into();
-        let keys = Arc::new(keys);
+        let keys = Arc::new(LockKeys::new(&self.client.prefix, &self.key));
         let (fence, acquired_at) = self.acquire_loop(&keys, &token).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;

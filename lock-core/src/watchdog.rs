@@ -33,6 +33,9 @@ pub(crate) struct Watchdog {
 struct Tracked {
     leases: HashMap<u64, Entry>,
     running: bool,
+    /// When the renewer will look next (`None`: it is busy renewing, and
+    /// looks again right after).
+    sleeping_until: Option<Instant>,
 }
 
 struct Entry {
@@ -53,16 +56,20 @@ impl Watchdog {
 
     /// Start renewing `lease` (taken with `renew(true)`).
     pub(crate) fn track(&self, client: &Arc<ClientInner>, lease: &Arc<Lease>) {
-        let start = {
+        let next_due = lease.acquired_at + period(lease);
+        let (start, wake) = {
             let mut state = self.state();
             state.leases.insert(
                 lease.id,
                 Entry {
                     lease: Arc::downgrade(lease),
-                    next_due: lease.acquired_at + period(lease),
+                    next_due,
                 },
             );
-            !std::mem::replace(&mut state.running, true)
+            // Wake the renewer only if it would otherwise sleep past this
+            // lease's first renewal: taking n leases must not cost n scans.
+            let wake = state.sleeping_until.is_some_and(|until| next_due < until);
+            (!std::mem::replace(&mut state.running, true), wake)
         };
         if start {
             match tokio::runtime::Handle::try_current() {
@@ -75,8 +82,7 @@ impl Watchdog {
                     self.state().running = false;
                 }
             }
-        } else {
-            // The renewer may be asleep until a later deadline.
+        } else if wake {
             self.wake.notify_one();
         }
     }
@@ -86,7 +92,7 @@ impl Watchdog {
         self.state().leases.remove(&lease_id);
     }
 
-    /// The leases due now (within a quarter period, so that neighbours share
+    /// The leases due now (within half a period, so that neighbours share
     /// a batch), or the instant the next one falls due. `None`: nothing left
     /// to renew, and the renewer has been marked stopped.
     fn due(&self, now: Instant) -> Option<Result<Vec<Arc<Lease>>, Instant>> {
@@ -105,7 +111,7 @@ impl Watchdog {
                 lease.mark_lost();
                 return false;
             }
-            if entry.next_due <= now + period(&lease) / 4 {
+            if entry.next_due <= now + period(&lease) / 2 {
                 due.push(lease);
             } else {
                 next = Some(next.map_or(entry.next_due, |n| n.min(entry.next_due)));
@@ -114,13 +120,16 @@ impl Watchdog {
         });
         if state.leases.is_empty() {
             state.running = false;
+            state.sleeping_until = None;
             return None;
         }
-        Some(match next {
+        let outcome = match next {
             _ if !due.is_empty() => Ok(due),
             Some(next) => Err(next),
             None => Ok(due),
-        })
+        };
+        state.sleeping_until = outcome.as_ref().err().copied();
+        Some(outcome)
     }
 
     fn reschedule(&self, lease: &Lease, next_due: Instant) {

@@ -264,7 +264,12 @@ async fn data_layout_uses_one_hash_tag_and_the_prefix() {
     assert_eq!(keys, ["app:{order:42}:fence", "app:{order:42}:lock"]);
     let pttl = int(server.cmd(&["PTTL", "app:{order:42}:lock"]));
     assert!(pttl > 4000 && pttl <= 5000, "{pttl}");
-    assert_eq!(int(server.cmd(&["TTL", "app:{order:42}:fence"])), -1);
+    // The fence counter outlives the lease by an hour, then goes.
+    let fence_ttl = int(server.cmd(&["PTTL", "app:{order:42}:fence"]));
+    assert!(
+        fence_ttl > 3_600_000 && fence_ttl <= 3_605_000,
+        "{fence_ttl}"
+    );
     guard.release().await.unwrap();
     assert_eq!(server.keys("*"), ["app:{order:42}:fence"]);
 }
@@ -364,4 +369,55 @@ async fn connects_over_a_unix_socket() {
     guard.release().await.unwrap();
     drop(server);
     let _ = std::fs::remove_file(socket);
+}
+
+#[tokio::test]
+async fn a_forgotten_fence_counter_restarts_above_earlier_tokens() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let first = client.lock("forgetful").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    let second = client.lock("forgetful").acquire().await.unwrap();
+    assert_eq!(second.fencing_token(), token + 1);
+    second.release().await.unwrap();
+    // The counter expires after an hour without acquisitions; simulate it.
+    server.cmd(&["DEL", "leasehold:{forgetful}:fence"]);
+    let third = client.lock("forgetful").acquire().await.unwrap();
+    assert!(
+        third.fencing_token() > token + 1,
+        "restarted below earlier tokens"
+    );
+    third.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_many_leases_in_few_calls() {
+    const LEASES: usize = 1000;
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..LEASES {
+        let guard = client
+            .lock(format!("many:{i}"))
+            .ttl(Duration::from_millis(900))
+            .renew(true)
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    let before = server.command_calls("evalsha");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = server.command_calls("evalsha") - before;
+    assert!(guards.iter().all(|g| g.is_held()), "a renewed lease lapsed");
+    // About 7 renewal periods of 300 ms: a call per batch of due leases
+    // (usually one batch per period), not one per lease (about 7,000).
+    assert!(
+        calls <= 150,
+        "{calls} renewal calls for {LEASES} leases over 2 s"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
 }

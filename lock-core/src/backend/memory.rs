@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
+use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, Renewal};
 use crate::error::LockError;
 use crate::waiting::WaitList;
 
@@ -23,7 +23,9 @@ const SWEEP_EVERY: usize = 1024;
 #[derive(Debug, Default)]
 struct Table {
     locks: HashMap<String, Entry>,
-    fences: HashMap<String, u64>,
+    /// Fencing counters, forgotten [`FENCE_MEMORY`] after their last use
+    /// like on Redis (and restarted from the clock in microseconds).
+    fences: HashMap<String, (u64, Instant)>,
     size_after_sweep: usize,
 }
 
@@ -43,10 +45,24 @@ impl Table {
     }
 
     fn sweep(&mut self, now: Instant) {
-        if self.locks.len() >= self.size_after_sweep + SWEEP_EVERY {
+        if self.locks.len() + self.fences.len() >= self.size_after_sweep + SWEEP_EVERY {
             self.locks.retain(|_, e| e.expires_at > now);
-            self.size_after_sweep = self.locks.len();
+            self.fences.retain(|_, (_, forget_at)| *forget_at > now);
+            self.size_after_sweep = self.locks.len() + self.fences.len();
         }
+    }
+
+    /// The next fencing token of `key`, remembered until `forget_at`.
+    fn next_fence(&mut self, key: &str, now: Instant, forget_at: Instant) -> u64 {
+        let next = match self.fences.get(key) {
+            Some(&(last, until)) if until > now => last + 1,
+            // A new counter starts at the clock, as on Redis.
+            _ => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        };
+        self.fences.insert(key.to_owned(), (next, forget_at));
+        next
     }
 }
 
@@ -77,16 +93,14 @@ impl MemoryBackend {
         if let Some(entry) = table.live(&keys.lock, now) {
             if entry.token == token {
                 entry.expires_at = now + ttl;
-                let fence = table.fences.get(&keys.fence).copied().unwrap_or(0);
+                let fence = table.fences.get(&keys.fence).map_or(0, |&(f, _)| f);
                 return Acquired::Yes { fence };
             }
             return Acquired::Busy {
                 expires_in: Some(entry.expires_at - now),
             };
         }
-        let fence = table.fences.entry(keys.fence.clone()).or_insert(0);
-        *fence += 1;
-        let fence = *fence;
+        let fence = table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY);
         table.locks.insert(
             keys.lock.clone(),
             Entry {

@@ -15,7 +15,7 @@
 //! | Redis name | type | content |
 //! | --- | --- | --- |
 //! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars); its TTL is the lease |
-//! | `P{K}:fence` | string (integer) | the fencing counter, `INCR`ed once per acquisition; it does not expire |
+//! | `P{K}:fence` | string (integer), with expiry | the fencing counter, `INCR`ed once per acquisition; forgotten [`FENCE_MEMORY`] after the last one, and restarted from the server clock (µs) |
 //! | `P{K}:released` | pub/sub channel | a message on each release (`SPUBLISH` on Cluster) |
 //!
 //! The braces make `K` the hash tag, so all three live in one cluster slot.
@@ -34,6 +34,13 @@ use std::time::Duration;
 
 use crate::error::LockError;
 use crate::waiting::WaitList;
+
+/// How long a fencing counter outlives the last acquisition of its lock
+/// (beyond the lease). A counter forgotten after this long restarts from the
+/// server's clock in microseconds, which keeps tokens increasing unless the
+/// clock steps back by more than this; lock names that are no longer used
+/// leave no key behind.
+pub(crate) const FENCE_MEMORY: Duration = Duration::from_secs(3600);
 
 /// A boxed, `Send` future: backends are used as `dyn Backend`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -18,7 +18,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
 use tokio::sync::{OnceCell, mpsc};
 
 use super::subscriber::Subscriber;
-use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, wrong_type};
+use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, Renewal, wrong_type};
 use crate::client::ConnectOptions;
 use crate::error::{LockError, redact_url};
 use crate::scripts;
@@ -210,7 +210,8 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     cmd.arg(&keys.lock)
         .arg(&keys.fence)
         .arg(token)
-        .arg(millis(ttl));
+        .arg(millis(ttl))
+        .arg(millis(ttl + FENCE_MEMORY));
     let (code, value): (i64, i64) = scripts::invoke(&scripts::ACQUIRE, &cmd, con)
         .await
         .map_err(Err)?;

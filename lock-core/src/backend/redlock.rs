@@ -190,6 +190,7 @@ impl RedlockBackend {
                     .key(&keys.fence)
                     .arg(token)
                     .arg(fence)
+                    .arg(super::redis::millis(ttl + super::FENCE_MEMORY))
                     .invoke_async::<i64>(&mut con)
                     .await
                     .map_err(|e| backend_error(node.server(), e))

@@ -1,9 +1,11 @@
 -- Take a lock if it is free (one atomic step: no GET-then-SET race).
 --
 -- KEYS[1]  the lock key: a string holding the owner token, with a PX expiry (the lease)
--- KEYS[2]  the fence key: an integer counter, incremented once per acquisition
+-- KEYS[2]  the fence key: an integer counter, incremented once per acquisition,
+--          forgotten ARGV[3] ms after the last one
 -- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits)
 -- ARGV[2]  the lease length in milliseconds
+-- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
 --
 -- Returns {1, fence}  acquired (or already ours: a retried call after a lost reply)
 --         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: no expiry)
@@ -18,6 +20,19 @@ if type(set) == 'table' and set.ok then
     -- The counter is not a number: undo our own write, change nothing else.
     redis.call('DEL', KEYS[1])
     return {-1, 2}
+  end
+  if fence == 1 then
+    -- A new counter (first use of this name, or forgotten after ARGV[3] ms
+    -- without acquisitions) starts at the server clock in microseconds: it
+    -- is then above every token issued before (a counter cannot outrun a
+    -- microsecond clock: that would take over a million acquisitions per
+    -- second of one lock), unless the clock stepped back by more than the
+    -- time the counter was forgotten for.
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+  else
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
   return {1, fence}
 end

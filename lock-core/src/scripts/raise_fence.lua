@@ -6,6 +6,7 @@
 -- KEYS[2]  the fence key (integer counter)
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  the fencing token issued for this acquisition
+-- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
 --
 -- Returns 1 raised (or already that high), 0 not ours, -1 wrong type
 local holder = redis.pcall('GET', KEYS[1])
@@ -20,6 +21,6 @@ if type(current) == 'table' and current.err then
   return -1
 end
 if (tonumber(current) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 end
 return 1
