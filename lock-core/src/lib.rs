@@ -23,17 +23,21 @@
 //!   in-process for releases through the same client) or when the holder's
 //!   lease runs out.
 //! - **Fencing.** [`LockGuard::fencing_token`] strictly increases for
-//!   successive holders of a key (one Redis counter per key, kept without
-//!   expiry: one small key per distinct lock name). It is as durable as the
-//!   server's data: a `FLUSHALL`, or a restart or failover that loses writes,
-//!   can reset it.
+//!   successive holders of a key: one Redis counter per key, forgotten an
+//!   hour after its last acquisition and then restarted from the server's
+//!   clock in microseconds (a counter cannot outrun it), so unused lock names
+//!   leave nothing behind. Tokens keep increasing unless the server's clock
+//!   steps back by more than the time the counter was forgotten for; and they
+//!   are as durable as the server's data (a failover that loses the last
+//!   writes can repeat a recent token).
 //! - **Failure is explicit.** Every failure is a [`LockError`]; nothing in
 //!   the library panics on bad input or a broken server.
 //!
 //! The Redis data layout is documented in the `backend` module source: for a
 //! lock `K` and the default prefix, `leasehold:{K}:lock` (owner token, with
-//! the lease as TTL), `leasehold:{K}:fence` (the fencing counter) and the
-//! channel `leasehold:{K}:released`. Lock keys may not contain `}`.
+//! the lease as TTL), `leasehold:{K}:fence` (the fencing counter, kept an
+//! hour past the last acquisition) and the channel `leasehold:{K}:released`.
+//! Lock keys may not contain `}`.
 #![warn(missing_docs)]
 
 mod backend;
