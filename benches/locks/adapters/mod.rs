@@ -1,0 +1,206 @@
+//! One adapter per implementation, behind one enum so that every scenario
+//! drives them identically (static dispatch: no boxing in the measured loop).
+//!
+//! Every adapter is configured the same way where the library allows it:
+//! one client (one connection design of its own) shared by all tasks, a
+//! lease of [`Settings::ttl`], no renewal unless the scenario asks for it,
+//! and the library's own default retry settings when waiting.
+
+pub mod async_redis_lock;
+pub mod leasehold;
+pub mod raw;
+pub mod rlock;
+pub mod rslock;
+
+use std::time::Duration;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type Res<T> = Result<T, BoxError>;
+
+/// The implementations measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Raw,
+    Leasehold,
+    Rslock,
+    Rlock,
+    AsyncRedisLock,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Raw,
+        Kind::Leasehold,
+        Kind::Rslock,
+        Kind::Rlock,
+        Kind::AsyncRedisLock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Raw => "raw",
+            Kind::Leasehold => "leasehold",
+            Kind::Rslock => "rslock",
+            Kind::Rlock => "rlock",
+            Kind::AsyncRedisLock => "async-redis-lock",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Why this implementation cannot wait for a busy lock, if it cannot.
+    pub fn no_wait(self) -> Option<&'static str> {
+        match self {
+            Kind::Raw => Some("raw SET NX has no waiting policy of its own"),
+            _ => None,
+        }
+    }
+
+    /// How this implementation waits, for the table's notes.
+    pub fn wait_policy(self) -> &'static str {
+        match self {
+            Kind::Raw => "none",
+            Kind::Leasehold => "woken by release (pub/sub) or holder's expiry",
+            Kind::Rslock => "polls: 3 tries, random 0-200 ms apart, then again",
+            Kind::Rlock => "polls every 100 ms",
+            Kind::AsyncRedisLock => "polls every 100 ms",
+        }
+    }
+
+    /// Why this implementation has no background renewal, if it has none.
+    pub fn no_renewal(self) -> Option<&'static str> {
+        match self {
+            Kind::Raw => Some("raw has no renewal"),
+            _ => None,
+        }
+    }
+}
+
+/// How to configure a lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// The lease length.
+    pub ttl: Duration,
+    /// Keep the lease alive in the background (the library's own mechanism).
+    pub renew: bool,
+    /// leasehold: use the Redlock client even for a single URL.
+    pub redlock: bool,
+}
+
+impl Settings {
+    pub fn plain(ttl: Duration) -> Settings {
+        Settings {
+            ttl,
+            renew: false,
+            redlock: false,
+        }
+    }
+}
+
+/// A connected implementation.
+// One per run, behind an Arc: its size does not matter, boxing would add a
+// pointer chase to every measured call.
+#[allow(clippy::large_enum_variant)]
+pub enum Adapter {
+    Raw(raw::Raw),
+    Leasehold(leasehold::Leasehold),
+    Rslock(rslock::Rslock),
+    Rlock(rlock::Rlock),
+    AsyncRedisLock(async_redis_lock::Arl),
+}
+
+/// A held lock of any implementation.
+// Kept by value like the libraries' own guards (as a user would hold them).
+#[allow(clippy::large_enum_variant)]
+pub enum Held {
+    Raw(raw::Held),
+    Leasehold(::leasehold::LockGuard),
+    Rslock(rslock::Held),
+    Rlock(::rlock::async_lock::RLockGuard),
+    AsyncRedisLock(::async_redis_lock::Lock),
+}
+
+impl Adapter {
+    /// Connect `kind` to one server (`urls.len() == 1`) or, for the Redlock
+    /// implementations (leasehold, rslock), to several masters.
+    pub async fn connect(kind: Kind, urls: &[String], settings: Settings) -> Res<Adapter> {
+        let first = urls.first().ok_or("no Redis URL")?;
+        Ok(match kind {
+            Kind::Raw => Adapter::Raw(raw::Raw::connect(first, settings).await?),
+            Kind::Leasehold => {
+                Adapter::Leasehold(leasehold::Leasehold::connect(urls, settings).await?)
+            }
+            Kind::Rslock => Adapter::Rslock(rslock::Rslock::connect(urls, settings)?),
+            Kind::Rlock => Adapter::Rlock(rlock::Rlock::connect(first, settings).await?),
+            Kind::AsyncRedisLock => {
+                Adapter::AsyncRedisLock(async_redis_lock::Arl::connect(first, settings).await?)
+            }
+        })
+    }
+
+    /// Take a lock that is expected to be free (one attempt; busy is an error).
+    pub async fn acquire(&self, key: &str) -> Res<Held> {
+        match self {
+            Adapter::Raw(a) => a.acquire(key).await.map(Held::Raw),
+            Adapter::Leasehold(a) => a.acquire(key).await.map(Held::Leasehold),
+            Adapter::Rslock(a) => a.acquire(key).await.map(Held::Rslock),
+            Adapter::Rlock(a) => a.acquire(key).await.map(Held::Rlock),
+            Adapter::AsyncRedisLock(a) => a.acquire(key).await.map(Held::AsyncRedisLock),
+        }
+    }
+
+    /// Wait up to `max` for a busy lock, with the library's own waiting
+    /// (default retry settings). `Ok(None)`: still busy after `max`.
+    pub async fn acquire_wait(&self, key: &str, max: Duration) -> Res<Option<Held>> {
+        match self {
+            Adapter::Raw(_) => Err("raw cannot wait".into()),
+            Adapter::Leasehold(a) => Ok(a.acquire_wait(key, max).await?.map(Held::Leasehold)),
+            Adapter::Rslock(a) => Ok(a.acquire_wait(key, max).await?.map(Held::Rslock)),
+            Adapter::Rlock(a) => Ok(a.acquire_wait(key, max).await?.map(Held::Rlock)),
+            Adapter::AsyncRedisLock(a) => {
+                Ok(a.acquire_wait(key, max).await?.map(Held::AsyncRedisLock))
+            }
+        }
+    }
+
+    /// Give a lock back and wait for the server's answer.
+    pub async fn release(&self, held: Held) -> Res<()> {
+        match (self, held) {
+            (Adapter::Raw(a), Held::Raw(h)) => a.release(h).await,
+            (Adapter::Leasehold(_), Held::Leasehold(g)) => Ok(g.release().await?),
+            (Adapter::Rslock(a), Held::Rslock(h)) => a.release(h).await,
+            (Adapter::Rlock(_), Held::Rlock(mut g)) => Ok(g.release().await?),
+            (Adapter::AsyncRedisLock(_), Held::AsyncRedisLock(l)) => Ok(l.release().await?),
+            _ => Err("guard released through another adapter".into()),
+        }
+    }
+
+    /// Whether the library itself still considers the lock held
+    /// (`None`: it has no such notion).
+    pub fn client_says_held(held: &Held) -> Option<bool> {
+        match held {
+            Held::Raw(_) => None,
+            Held::Leasehold(g) => Some(g.is_held()),
+            Held::Rslock(h) => h.client_says_held(),
+            Held::Rlock(g) => Some(g.lease_state() == ::rlock::LeaseState::Active),
+            Held::AsyncRedisLock(l) => Some(!l.is_lost()),
+        }
+    }
+
+    /// The Redis key that holds lock `key` (on one node).
+    pub fn redis_key(&self, key: &str) -> String {
+        match self {
+            Adapter::Leasehold(_) => format!("leasehold:{{{key}}}:lock"),
+            _ => key.to_owned(),
+        }
+    }
+
+    /// Stop background machinery (rlock's release worker).
+    pub async fn shutdown(&self) {
+        if let Adapter::Rlock(a) = self {
+            a.shutdown().await;
+        }
+    }
+}

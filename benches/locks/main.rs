@@ -1,0 +1,503 @@
+//! `cargo bench --bench locks [-- --quick] [S1 S3 ...] [--impls raw,leasehold] [--reps N]`
+//!
+//! leasehold side by side with the raw Redis limit and the crates.io peers,
+//! in one run on redis-server processes of its own (free loopback ports, the
+//! test harness' code), so that every figure can be read as a ratio. Prints
+//! a table with ratios vs raw and vs the best peer, the issue's targets
+//! checked, and writes one JSON object per scenario × implementation to
+//! `target/bench/locks.jsonl`.
+//!
+//! The default run repeats each scenario 3 times (implementations
+//! interleaved) and reports the median; `--quick` runs each once, shorter.
+
+mod adapters;
+mod marketplace;
+mod report;
+mod scenarios;
+mod stats;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::time::Instant;
+
+use adapters::Kind;
+use marketplace::Variant;
+use report::{Check, Record, Row};
+use scenarios::{Ctx, Knobs, contention, market, reentry, renewal, throughput};
+use support::RedisServer;
+
+const USAGE: &str = "usage: cargo bench --bench locks -- [--quick] [--reps N] [--impls raw,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
+
+struct Args {
+    quick: bool,
+    reps: usize,
+    kinds: Vec<Kind>,
+    only: Vec<String>,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut args = Args {
+        quick: false,
+        reps: 0,
+        kinds: Kind::ALL.to_vec(),
+        only: Vec::new(),
+    };
+    let mut invoked_by_cargo_bench = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--bench" => invoked_by_cargo_bench = true,
+            "--run" => invoked_by_cargo_bench = true,
+            "--quick" => args.quick = true,
+            "--reps" => {
+                let n = it.next().ok_or("--reps needs a number")?;
+                args.reps = n.parse().map_err(|_| format!("--reps {n}: not a number"))?;
+            }
+            "--impls" => {
+                let list = it.next().ok_or("--impls needs a list")?;
+                args.kinds = list
+                    .split(',')
+                    .map(|n| Kind::from_name(n.trim()).ok_or(format!("unknown impl {n}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            s if s.len() == 2 && s[..1].eq_ignore_ascii_case("s") => {
+                args.only.push(s.to_ascii_uppercase());
+            }
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if !invoked_by_cargo_bench {
+        // `cargo test --benches` / `--all-targets` runs this binary without
+        // `--bench`: a benchmark has no place in a test run.
+        return Ok(None);
+    }
+    if args.reps == 0 {
+        args.reps = if args.quick { 1 } else { 3 };
+    }
+    Ok(Some(args))
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!(
+                "locks benchmark: run it with `cargo bench --bench locks` (skipped under cargo test)"
+            );
+            return;
+        }
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(2);
+        }
+    };
+    let started = Instant::now();
+    let selected = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
+
+    let mut servers = vec![RedisServer::start()];
+    if selected("S6") {
+        servers.extend((0..4).map(|_| RedisServer::start()));
+    }
+    let ctx = Ctx {
+        knobs: if args.quick {
+            Knobs::quick()
+        } else {
+            Knobs::full()
+        },
+        kinds: args.kinds.clone(),
+        servers,
+        run_id: format!("{}", std::process::id()),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    eprintln!(
+        "locks bench: {} mode, {} repetition(s), impls {:?}, redis-server on port(s) {:?}",
+        if args.quick { "quick" } else { "default" },
+        args.reps,
+        ctx.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        ctx.servers
+            .iter()
+            .map(RedisServer::port)
+            .collect::<Vec<_>>()
+    );
+
+    println!("How each implementation waits for a busy lock (S3, S4):");
+    for kind in &ctx.kinds {
+        println!("  {:<18} {}", kind.name(), kind.wait_policy());
+    }
+    println!(
+        "All use one client shared by all tasks, ttl 10 s without renewal (S1-S6), \
+         ttl 3 s with the library's own renewal (S7)."
+    );
+    let k = &ctx.knobs;
+    println!(
+        "Windows: S1/S2/S6 {:?} (after {:?} warm-up), S3 {:?}, S4 {:?} or {} handoffs, \
+         S5 {} re-entries, S7 {} leases held {:?}, S8 {:?} per row; {} repetition(s), median shown.",
+        k.pairs_window,
+        k.warmup,
+        k.contended_window,
+        k.handoff_window,
+        k.handoff_max,
+        k.reentries,
+        k.leases,
+        k.hold,
+        k.market_window,
+        args.reps
+    );
+
+    let rows = runtime.block_on(run_all(&ctx, &args, &selected));
+    let medians = report::medians(&rows);
+    println!("{}", report::table(&medians));
+    println!("{}", report::checks_text(&checks(&medians)));
+    let path = report::jsonl_path();
+    match report::write_jsonl(&medians, &path) {
+        Ok(n) => println!("\nwrote {n} records to {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+    }
+    println!(
+        "{} run, {} repetition(s), median reported; took {:.1} s",
+        if args.quick { "quick" } else { "default" },
+        args.reps,
+        started.elapsed().as_secs_f64()
+    );
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+}
+
+async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let kinds = ctx.kinds.clone();
+    let reps = args.reps;
+    let log = |row: Row, rows: &mut Vec<Row>| {
+        match &row {
+            Row::Ok(r) => eprintln!(
+                "  {:<22} {:<24} {:>10.0} ops/s  p50 {:>9.1} us  p99 {:>9.1} us",
+                r.scenario, r.imp, r.ops_per_s, r.p50_us, r.p99_us
+            ),
+            Row::Na { scenario, imp, .. } => eprintln!("  {scenario:<22} {imp:<24} n/a"),
+            Row::Failed {
+                scenario,
+                imp,
+                error,
+            } => eprintln!("  {scenario:<22} {imp:<24} FAILED: {error}"),
+        }
+        rows.push(row);
+    };
+    let flush = || ctx.main().flushall();
+    // Each repetition starts with another implementation, so that none is
+    // always measured first (right after a flush or another scenario).
+    let order = |rep: usize| -> Vec<Kind> {
+        let mut k = kinds.clone();
+        if !k.is_empty() {
+            let n = k.len();
+            k.rotate_left(rep % n);
+        }
+        k
+    };
+
+    if selected("S1") {
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = throughput::s1_s2(ctx, "S1 uncontended", kind, 1, rep).await;
+                log(row, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S2") {
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = throughput::s1_s2(ctx, "S2 parallel", kind, 64, rep).await;
+                log(row, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S3") {
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = contention::s3(ctx, "S3 contended", kind, rep, 1).await;
+                log(row, &mut rows);
+            }
+            if kinds.contains(&Kind::Leasehold) {
+                // The same 32 tasks spread over 4 clients (as over 4 processes).
+                let row = contention::s3(ctx, "S3 contended", Kind::Leasehold, rep, 4).await;
+                log(row, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S4") {
+        let rtt = match contention::s4_rtt(ctx).await {
+            Ok(rtt) => rtt,
+            Err(e) => {
+                eprintln!("PING round trip not measured: {e}");
+                contention::Rtt {
+                    hot: (f64::NAN, f64::NAN),
+                    idle: (f64::NAN, f64::NAN),
+                }
+            }
+        };
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = contention::s4(ctx, "S4 handoff", kind, rep, rtt).await;
+                log(row, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S5") {
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = reentry::s5(ctx, "S5 re-entry", kind, rep).await;
+                log(row, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S6") {
+        for rep in 0..reps {
+            for nodes in [1, 5] {
+                let scenario = if nodes == 1 {
+                    "S6 redlock 1 node".to_owned()
+                } else {
+                    format!("S6 redlock {nodes} nodes")
+                };
+                for &kind in &order(rep) {
+                    let row = throughput::s6(ctx, &scenario, kind, nodes, rep).await;
+                    log(row, &mut rows);
+                }
+            }
+        }
+        for server in &ctx.servers {
+            server.flushall();
+        }
+    }
+    if selected("S7") {
+        for rep in 0..reps {
+            for &kind in &order(rep) {
+                let row = renewal::s7(ctx, "S7 renewal", kind, rep).await;
+                log(row, &mut rows);
+            }
+            flush();
+        }
+    }
+    if selected("S8") {
+        for rep in 0..reps {
+            for (sellers, buyers) in market::CONFIGS {
+                for variant in Variant::ALL {
+                    let row = market::s8(ctx, sellers, buyers, variant, rep).await;
+                    log(row, &mut rows);
+                }
+            }
+        }
+        flush();
+    }
+    rows
+}
+
+/// The issue's targets, against the median rows.
+fn checks(rows: &[Row]) -> Vec<Check> {
+    let get = |scenario: &str, imp: &str| -> Option<&Record> {
+        rows.iter().find_map(|r| match r {
+            Row::Ok(rec) if rec.scenario == scenario && rec.imp == imp => Some(rec),
+            _ => None,
+        })
+    };
+    let peers = |scenario: &str| -> Vec<&Record> {
+        ["rslock", "rlock", "async-redis-lock"]
+            .iter()
+            .filter_map(|p| get(scenario, p))
+            .collect()
+    };
+    let mut out = Vec::new();
+
+    for (scenario, name, floor) in [("S1 uncontended", "S1", 0.95), ("S2 parallel", "S2", 0.9)] {
+        let (lh, raw) = (get(scenario, "leasehold"), get(scenario, "raw"));
+        let mut check = Check {
+            name: name.to_owned(),
+            target: format!("pairs/s >= {floor} x raw, ahead of every peer"),
+            measured: "not measured".to_owned(),
+            pass: None,
+        };
+        if let (Some(lh), Some(raw)) = (lh, raw) {
+            let ratio = lh.ops_per_s / raw.ops_per_s;
+            let peer_text: Vec<String> = peers(scenario)
+                .iter()
+                .map(|p| format!("{} {:.2}", p.imp, p.ops_per_s / raw.ops_per_s))
+                .collect();
+            let ahead = peers(scenario).iter().all(|p| lh.ops_per_s > p.ops_per_s);
+            check.measured = format!(
+                "leasehold {ratio:.2} x raw; peers x raw: {}",
+                peer_text.join(", ")
+            );
+            check.pass = Some(ratio >= floor && ahead);
+        }
+        out.push(check);
+    }
+
+    if let Some(lh) = get("S3 contended", "leasehold") {
+        let handoffs = lh.get_f64("handoffs_per_s").unwrap_or(f64::NAN);
+        let best = peers("S3 contended")
+            .iter()
+            .filter_map(|p| p.get_f64("handoffs_per_s").map(|h| (h, p.imp.clone())))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let (ratio, measured) = match &best {
+            Some((h, imp)) => (
+                handoffs / h,
+                format!(
+                    "{handoffs:.0} handoffs/s = {:.1} x best peer ({imp} {h:.1}/s)",
+                    handoffs / h
+                ),
+            ),
+            None => (
+                f64::NAN,
+                format!("{handoffs:.0} handoffs/s, no peer measured"),
+            ),
+        };
+        out.push(Check {
+            name: "S3".into(),
+            target: "handoffs/s >= 10 x best polling peer".into(),
+            measured,
+            pass: best.is_some().then_some(ratio >= 10.0),
+        });
+        let min = lh.get_f64("min_cs_per_task").unwrap_or(0.0);
+        let max = lh.get_f64("max_cs_per_task").unwrap_or(0.0);
+        out.push(Check {
+            name: "S3".into(),
+            target: "no task starved: fewest >= most / 4".into(),
+            measured: format!("fewest {min:.0}, most {max:.0} critical sections per task"),
+            pass: Some(min * 4.0 >= max),
+        });
+        let exact = matches!(lh.get("exact"), Some(report::Value::B(true)));
+        out.push(Check {
+            name: "S3".into(),
+            target: "counter exact".into(),
+            measured: format!("exact = {exact}"),
+            pass: Some(exact),
+        });
+    }
+
+    if let Some(lh4) = get("S3 contended", "leasehold (4 clients)") {
+        let min = lh4.get_f64("min_cs_per_task").unwrap_or(0.0);
+        let max = lh4.get_f64("max_cs_per_task").unwrap_or(0.0);
+        out.push(Check {
+            name: "S3".into(),
+            target: "same, tasks over 4 clients (4 processes)".into(),
+            measured: format!(
+                "fewest {min:.0}, most {max:.0}; {:.0} handoffs/s",
+                lh4.get_f64("handoffs_per_s").unwrap_or(f64::NAN)
+            ),
+            pass: Some(min * 4.0 >= max),
+        });
+    }
+
+    if let Some(lh) = get("S4 handoff", "leasehold") {
+        let rtt = lh.get_f64("rtt_p50_us").unwrap_or(f64::NAN);
+        let idle = lh.get_f64("rtt_idle_p50_us").unwrap_or(f64::NAN);
+        let peer_text: Vec<String> = peers("S4 handoff")
+            .iter()
+            .map(|p| format!("{} {:.0} x", p.imp, p.p50_us / rtt))
+            .collect();
+        out.push(Check {
+            name: "S4".into(),
+            target: "handoff p50 <= 2 x PING p50 (back to back)".into(),
+            measured: format!(
+                "{:.1} us = {:.2} x PING {rtt:.1} us ({:.2} x PING after 2 ms idle, {idle:.1} us); peers {}",
+                lh.p50_us,
+                lh.p50_us / rtt,
+                lh.p50_us / idle,
+                peer_text.join(", ")
+            ),
+            pass: Some(lh.p50_us <= 2.0 * rtt),
+        });
+    }
+
+    if let Some(lh) = get("S5 re-entry", "leasehold") {
+        let c = lh.get_f64("commands_per_reentry").unwrap_or(f64::NAN);
+        let ns = lh.get_f64("ns_per_reentry").unwrap_or(f64::NAN);
+        out.push(Check {
+            name: "S5".into(),
+            target: "0 Redis commands per re-entry".into(),
+            measured: format!("{c:.4} commands, {ns:.0} ns per re-entry"),
+            pass: Some(c == 0.0),
+        });
+    }
+
+    if let (Some(one), Some(five)) = (
+        get("S6 redlock 1 node", "leasehold"),
+        get("S6 redlock 5 nodes", "leasehold"),
+    ) {
+        let rs = match (
+            get("S6 redlock 1 node", "rslock"),
+            get("S6 redlock 5 nodes", "rslock"),
+        ) {
+            (Some(a), Some(b)) => format!("; rslock {:.2} x", b.p50_us / a.p50_us),
+            _ => String::new(),
+        };
+        let single = get("S1 uncontended", "leasehold")
+            .map(|s1| {
+                format!(
+                    "; vs single-node client (S1) {:.2} x",
+                    five.p50_us / s1.p50_us
+                )
+            })
+            .unwrap_or_default();
+        out.push(Check {
+            name: "S6".into(),
+            target: "5-node acquire p50 <= 1.3 x 1-node".into(),
+            measured: format!(
+                "{:.1} us vs {:.1} us = {:.2} x{single}{rs}",
+                five.p50_us,
+                one.p50_us,
+                five.p50_us / one.p50_us
+            ),
+            pass: Some(five.p50_us <= 1.3 * one.p50_us),
+        });
+    }
+
+    if let Some(lh) = get("S7 renewal", "leasehold") {
+        let leases = lh.get_f64("leases_taken").unwrap_or(f64::NAN);
+        let per = lh.get_f64("commands_per_period").unwrap_or(f64::NAN);
+        let held = matches!(lh.get("all_held"), Some(report::Value::B(true)));
+        out.push(Check {
+            name: "S7".into(),
+            target: "<= 1 script call per 100 leases per period, all held".into(),
+            measured: format!(
+                "{per:.1} EVALSHA per period for {leases:.0} leases (limit {:.0}), all held = {held}",
+                leases / 100.0
+            ),
+            pass: Some(per <= leases / 100.0 && held),
+        });
+    }
+
+    let s8 = market::scenario_name(5, 5);
+    if let (Some(item), Some(watch)) = (
+        get(&s8, market::impl_name(Variant::ItemLock)),
+        get(&s8, market::impl_name(Variant::Watch)),
+    ) {
+        let retries = item.get_f64("retries_per_purchase").unwrap_or(f64::NAN);
+        let ratio = item.ops_per_s / watch.ops_per_s;
+        out.push(Check {
+            name: "S8".into(),
+            target: "5x5: item locks >= 5 x WATCH purchases/s, 0 retries".into(),
+            measured: format!(
+                "{:.0}/s vs {:.0}/s = {ratio:.1} x; retries {retries:.2} (WATCH {:.2})",
+                item.ops_per_s,
+                watch.ops_per_s,
+                watch.get_f64("retries_per_purchase").unwrap_or(f64::NAN)
+            ),
+            pass: Some(ratio >= 5.0 && retries == 0.0),
+        });
+    }
+    out
+}
