@@ -8,7 +8,7 @@ use crate::support::primary_with_replica;
 async fn replica_sync_succeeds_and_fails_closed() {
     let (primary, replica) = primary_with_replica();
     let client = LockClient::builder()
-        .replica_sync(1, Duration::from_millis(300))
+        .replica_sync(1, Duration::from_secs(1))
         .connect(&primary.url())
         .await
         .unwrap();

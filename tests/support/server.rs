@@ -533,8 +533,8 @@ pub(crate) fn value_to_string(value: &Value) -> String {
 }
 
 /// A primary and a replica (`--replicaof 127.0.0.1 <primary port>`); returns
-/// once the primary shows `connected_slaves:1` and the replica
-/// `master_link_status:up`.
+/// once the primary shows its replica `state=online` (only then does it
+/// count for `WAIT`) and the replica `master_link_status:up`.
 ///
 /// The primary runs with `--repl-diskless-sync-delay 0`: the default waits
 /// 5 s for more replicas before the first full sync.
@@ -546,9 +546,16 @@ pub fn primary_with_replica() -> (RedisServer, RedisServer) {
     loop {
         let p = primary.info("replication");
         let r = replica.info("replication");
-        let connected = info_lookup(&p, "connected_slaves") == Some("1");
+        let connected =
+            info_lookup(&p, "connected_slaves") == Some("1") && p.contains("state=online");
         let up = info_lookup(&r, "master_link_status") == Some("up");
         if connected && up {
+            // The first acknowledgement after a sync can take up to the
+            // replica's 1 s ACK period; wait for it here, once, so that a
+            // test's own WAIT measures the steady state.
+            primary.cmd(&["SET", "harness:replication-check", "1"]);
+            primary.cmd(&["WAIT", "1", "5000"]);
+            primary.cmd(&["DEL", "harness:replication-check"]);
             return (primary, replica);
         }
         if Instant::now() >= deadline {

@@ -56,10 +56,11 @@ impl Table {
     fn next_fence(&mut self, key: &str, now: Instant, forget_at: Instant) -> u64 {
         let next = match self.fences.get(key) {
             Some(&(last, until)) if until > now => last + 1,
-            // A new counter starts at the clock, as on Redis.
+            // A new counter starts at the clock, as on Redis (whole seconds,
+            // in microseconds).
             _ => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+                .map_or(1, |d| d.as_secs().saturating_mul(1_000_000)),
         };
         self.fences.insert(key.to_owned(), (next, forget_at));
         next

@@ -23,13 +23,14 @@ if type(set) == 'table' and set.ok then
   end
   if fence == 1 then
     -- A new counter (first use of this name, or forgotten after ARGV[3] ms
-    -- without acquisitions) starts at the server clock in microseconds: it
-    -- is then above every token issued before (a counter cannot outrun a
-    -- microsecond clock: that would take over a million acquisitions per
-    -- second of one lock), unless the clock stepped back by more than the
-    -- time the counter was forgotten for.
+    -- without acquisitions) starts at the server clock, in microseconds
+    -- rounded down to the second: it is then above every token issued before
+    -- (a counter cannot outrun a microsecond clock: that would take over a
+    -- million acquisitions per second of one lock), unless the clock stepped
+    -- back by more than the time the counter was forgotten for. The rounding
+    -- makes Redlock masters whose clocks agree to the second start equal.
     local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    fence = tonumber(now[1]) * 1000000
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   else
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
