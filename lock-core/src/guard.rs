@@ -38,7 +38,9 @@ static NEXT_GUARD: AtomicU64 = AtomicU64::new(1);
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     id: u64,
-    lease: Option<Arc<Lease>>,
+    lease: Arc<Lease>,
+    /// Set by `release`, so that `drop` does not give the lease back twice.
+    released: bool,
 }
 
 impl LockGuard {
@@ -49,17 +51,13 @@ impl LockGuard {
         reentrancy::push(id, &lease);
         LockGuard {
             id,
-            lease: Some(lease),
+            lease,
+            released: false,
         }
     }
 
     fn lease(&self) -> &Lease {
-        // ok-by-construction: `lease` is only taken out in `release` (which
-        // consumes the guard) and `drop`.
-        match &self.lease {
-            Some(lease) => lease,
-            None => unreachable!("LockGuard used after release"),
-        }
+        &self.lease
     }
 
     /// The key, as given to [`LockClient::lock`](crate::LockClient::lock) (without the prefix).
@@ -126,9 +124,8 @@ impl LockGuard {
     /// holds it now; with `at_least`, the key is left to expire at
     /// acquisition + `at_least` instead of being deleted.
     pub async fn release(mut self) -> Result<(), LockError> {
-        let Some(lease) = self.lease.take() else {
-            return Ok(());
-        };
+        self.released = true;
+        let lease = self.lease.clone();
         reentrancy::remove(lease.owner, self.id);
         if !lease.drop_holder() {
             // An outer guard of this task still holds it.
@@ -147,9 +144,10 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let Some(lease) = self.lease.take() else {
+        if self.released {
             return;
-        };
+        }
+        let lease = self.lease.clone();
         reentrancy::remove(lease.owner, self.id);
         if !lease.drop_holder() {
             return;
@@ -171,14 +169,10 @@ impl Drop for LockGuard {
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.lease {
-            Some(lease) => f
-                .debug_struct("LockGuard")
-                .field("key", &lease.keys.name)
-                .field("fencing_token", &lease.fence)
-                .field("held", &lease.is_held())
-                .finish(),
-            None => f.write_str("LockGuard(released)"),
-        }
+        f.debug_struct("LockGuard")
+            .field("key", &self.lease.keys.name)
+            .field("fencing_token", &self.lease.fence)
+            .field("held", &self.lease.is_held())
+            .finish()
     }
 }

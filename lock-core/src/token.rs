@@ -29,12 +29,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_128_bit_hex_and_distinct() {
-        let a = owner_token().unwrap();
-        let b = owner_token().unwrap();
+    fn tokens_are_128_bit_hex_and_distinct() -> Result<(), LockError> {
+        let a = owner_token()?;
+        let b = owner_token()?;
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
         assert_eq!(hex(&[0x00, 0xff, 0x1a]), "00ff1a");
+        Ok(())
     }
 }
