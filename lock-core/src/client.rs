@@ -269,6 +269,10 @@ impl LockClientBuilder {
     ///
     /// `WAIT` blocks the client's command connection while it waits, so other
     /// operations of this client queue behind it: keep `timeout` short.
+    ///
+    /// For single-server clients ([`connect`](Self::connect)); the in-memory
+    /// backend has nothing to replicate and accepts it; Redlock and Cluster
+    /// clients refuse a synced acquisition with [`LockError::InvalidArgument`].
     pub fn replica_sync(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replica_sync = ReplicaSync { replicas, timeout };
         let needed = timeout + Duration::from_secs(1);

@@ -60,7 +60,7 @@ pub use fallback::LockFallback;
 pub use global::set_global_client;
 pub use guard::LockGuard;
 pub use reentrancy::fencing_token;
-pub use request::LockRequest;
+pub use request::{LockRequest, MAX_WAIT};
 
 /// Items used by the code `#[distributed_lock]` generates. Not public API.
 #[doc(hidden)]

@@ -18,6 +18,10 @@ use crate::reentrancy::{self, Owner};
 /// disguise, and a crashed holder would block everyone for too long.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The longest wait: longer ones are capped to it (so that deadlines stay
+/// representable).
+pub const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// The longest key accepted, in bytes.
 pub(crate) const MAX_KEY_LEN: usize = 4096;
 
@@ -142,9 +146,11 @@ impl LockRequest {
     }
 
     /// How long to wait for a busy lock (default zero: one try). The waiter is
-    /// woken by the release or when the holder's lease runs out; it does not poll.
+    /// woken by the release or when the holder's lease runs out; it does not
+    /// poll. Waits longer than [`MAX_WAIT`] (such as `Duration::MAX`, "wait
+    /// as long as it takes") are capped to it.
     pub fn wait(mut self, max: Duration) -> Self {
-        self.wait = max;
+        self.wait = max.min(MAX_WAIT);
         self
     }
 
@@ -171,6 +177,15 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         validate_key(&self.key)?;
         validate_ttl(self.ttl)?;
+        if self.at_least.is_some_and(|min| min > MAX_TTL) {
+            return Err(LockError::invalid(
+                "at_least",
+                format!(
+                    "at most 365 days (got {:?})",
+                    self.at_least.unwrap_or_default()
+                ),
+            ));
+        }
         let owner = Owner::current();
 
         // Re-entry: the same task already holds it through this client.

@@ -560,6 +560,13 @@ async fn invalid_arguments_are_rejected(fx: Fixture) {
         "{err}"
     );
     assert!(guard.is_held());
+    let err = client.lock("k2").at_least(Duration::MAX).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidArgument { name: "at_least", .. }), "{err}");
+    let err = client.lock("k3").ttl(Duration::MAX).acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::InvalidArgument { name: "ttl", .. }), "{err}");
+    // "Wait as long as it takes" is capped, not an overflow.
+    let free = client.lock("k4").wait(Duration::MAX).acquire().await.unwrap();
+    free.release().await.unwrap();
     // Keys with other punctuation, spaces and unicode are fine.
     let odd = client.lock("{weird key: é ✓}").acquire().await;
     assert!(matches!(odd, Err(LockError::InvalidArgument { .. })));
