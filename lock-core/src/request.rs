@@ -275,21 +275,10 @@ impl LockRequest {
     ) -> Result<(u64, Instant), LockError> {
         let backend = &*self.client.backend;
         let deadline = Instant::now() + self.wait;
+        // With a wait budget, a busy reply also keeps our place in line.
+        let in_line = !self.wait.is_zero();
         let mut watching = None::<Watching<'_>>;
         let mut retry_delay = FIRST_RETRY_DELAY;
-
-        // Waiters of this client are already queued for this lock: queue
-        // behind them rather than barge in (the first attempt would mostly
-        // win against a waiter that is just being woken).
-        if !self.wait.is_zero() && backend.waiters().has_waiters(&keys.channel) {
-            let queued = Watching::start(backend, keys).await;
-            tokio::select! {
-                () = queued.notify.notified() => {}
-                () = tokio::time::sleep_until(deadline) => {}
-            }
-            watching = Some(queued);
-        }
-
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
@@ -301,7 +290,7 @@ impl LockRequest {
             }
 
             let sent_at = Instant::now();
-            let sleep_for = match backend.acquire(keys, token, self.ttl).await {
+            let sleep_for = match backend.acquire(keys, token, self.ttl, in_line).await {
                 Ok(Acquired::Yes { fence }) => {
                     if let Some(w) = watching.as_mut() {
                         w.acquired = true;
@@ -311,6 +300,9 @@ impl LockRequest {
                 Ok(Acquired::Busy { expires_in }) => {
                     retry_delay = FIRST_RETRY_DELAY;
                     if Instant::now() >= deadline {
+                        if in_line && watching.is_none() {
+                            self.leave_line(keys, token);
+                        }
                         return Err(LockError::Busy {
                             key: keys.name.clone(),
                         });
@@ -318,7 +310,7 @@ impl LockRequest {
                     if watching.is_none() {
                         // First time busy: listen for its release, then look
                         // again at once (it may have been released meanwhile).
-                        watching = Some(Watching::start(backend, keys).await);
+                        watching = Some(Watching::start(&self.client, keys, token).await);
                         continue;
                     }
                     // `None`: a key without expiry, only a release ends it.
@@ -327,6 +319,9 @@ impl LockRequest {
                 Err(error) => {
                     if Instant::now() + retry_delay >= deadline {
                         self.forget_attempt(keys, token);
+                        if in_line && watching.is_none() {
+                            self.leave_line(keys, token);
+                        }
                         return Err(error.with_key(&keys.name));
                     }
                     let delay = retry_delay;
@@ -346,6 +341,11 @@ impl LockRequest {
                 None => tokio::time::sleep_until(until).await,
             }
         }
+    }
+
+    /// Give up our place in the lock's line, in the background.
+    fn leave_line(&self, keys: &LockKeys, token: &str) {
+        leave_in_background(&self.client, keys, token);
     }
 
     /// Fail closed unless enough replicas acknowledged the acquisition.
@@ -384,19 +384,36 @@ impl LockRequest {
     }
 }
 
-/// A waiter queued for release notifications of one lock; leaves the queue
-/// on drop, passing its turn on if it did not get the lock.
+/// Give up `token`'s place in the line of `keys` without waiting for it
+/// (from `Drop`, and when a wait ends without the lock).
+fn leave_in_background(client: &Arc<ClientInner>, keys: &LockKeys, token: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime: the place lapses by itself.
+        return;
+    };
+    let (client, keys, token) = (client.clone(), keys.clone(), token.to_owned());
+    runtime.spawn(async move { client.backend.leave(&keys, &token).await });
+}
+
+/// A waiter registered for release announcements of one lock; on drop it
+/// leaves the local list and, without the lock, its place in the line.
 struct Watching<'a> {
-    backend: &'a dyn crate::backend::Backend,
+    client: &'a Arc<ClientInner>,
     keys: &'a LockKeys,
+    token: &'a str,
     notify: Arc<tokio::sync::Notify>,
     subscribed: bool,
     acquired: bool,
 }
 
 impl<'a> Watching<'a> {
-    async fn start(backend: &'a dyn crate::backend::Backend, keys: &'a LockKeys) -> Watching<'a> {
-        let notify = backend.waiters().join(&keys.channel);
+    async fn start(
+        client: &'a Arc<ClientInner>,
+        keys: &'a LockKeys,
+        token: &'a str,
+    ) -> Watching<'a> {
+        let backend = &client.backend;
+        let notify = backend.waiters().join(&keys.channel, token);
         // Without a subscription the waiter still wakes when the holder's
         // lease runs out, and on releases made through this client.
         let subscribed = match backend.watch(keys).await {
@@ -407,8 +424,9 @@ impl<'a> Watching<'a> {
             }
         };
         Watching {
-            backend,
+            client,
             keys,
+            token,
             notify,
             subscribed,
             acquired: false,
@@ -418,11 +436,15 @@ impl<'a> Watching<'a> {
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        self.backend
+        let backend = &self.client.backend;
+        backend
             .waiters()
-            .leave(&self.keys.channel, !self.acquired);
+            .leave(&self.keys.channel, self.token, !self.acquired);
+        if !self.acquired {
+            leave_in_background(self.client, self.keys, self.token);
+        }
         if self.subscribed {
-            self.backend.unwatch(self.keys);
+            backend.unwatch(self.keys);
         }
     }
 }

@@ -423,3 +423,86 @@ async fn the_watchdog_renews_many_leases_in_few_calls() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_the_line() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder
+        .lock("line")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let err = waiter
+        .lock("line")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy());
+    // Leaving happens in the background, right after.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cmd(&["EXISTS", "leasehold:{line}:queue"]) != redis::Value::Int(0) {
+        assert!(
+            Instant::now() < deadline,
+            "the place in line was not given up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    guard.release().await.unwrap();
+    assert!(
+        waiter.lock("line").try_acquire().await.unwrap().is_some(),
+        "nobody is in line"
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lapses() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder
+        .lock("ghost")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // A waiter that took a place and then died: its place lapses in 800 ms.
+    let now_ms = match server.cmd(&["TIME"]) {
+        redis::Value::Array(v) => match (&v[0], &v[1]) {
+            (redis::Value::BulkString(s), redis::Value::BulkString(us)) => {
+                let s: u64 = String::from_utf8_lossy(s).parse().unwrap();
+                let us: u64 = String::from_utf8_lossy(us).parse().unwrap();
+                s * 1000 + us / 1000
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    server.cmd(&["RPUSH", "leasehold:{ghost}:queue", "dead-waiter"]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{ghost}:waiting",
+        "dead-waiter",
+        &(now_ms + 800).to_string(),
+    ]);
+    let w = waiter.clone();
+    let task = tokio::spawn(async move {
+        w.lock("ghost")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    // The release names the dead waiter; the live one gets the lock once
+    // that place lapses (it was told when), well within its wait.
+    let got = task
+        .await
+        .unwrap()
+        .expect("the lapsed place does not block the lock for good");
+    got.release().await.unwrap();
+    assert!(holder.lock("ghost").try_acquire().await.unwrap().is_some());
+}

@@ -29,6 +29,7 @@ on_both_backends!(
     invalid_arguments_are_rejected,
     fencing_token_of_the_current_task,
     waiters_of_one_client_take_turns,
+    instances_take_turns_too,
 );
 
 /// 4 clients × 8 tasks increment a counter with a non-atomic read-yield-write
@@ -560,12 +561,39 @@ async fn invalid_arguments_are_rejected(fx: Fixture) {
         "{err}"
     );
     assert!(guard.is_held());
-    let err = client.lock("k2").at_least(Duration::MAX).acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::InvalidArgument { name: "at_least", .. }), "{err}");
-    let err = client.lock("k3").ttl(Duration::MAX).acquire().await.unwrap_err();
-    assert!(matches!(err, LockError::InvalidArgument { name: "ttl", .. }), "{err}");
+    let err = client
+        .lock("k2")
+        .at_least(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::InvalidArgument {
+                name: "at_least",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = client
+        .lock("k3")
+        .ttl(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "ttl", .. }),
+        "{err}"
+    );
     // "Wait as long as it takes" is capped, not an overflow.
-    let free = client.lock("k4").wait(Duration::MAX).acquire().await.unwrap();
+    let free = client
+        .lock("k4")
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
     free.release().await.unwrap();
     // Keys with other punctuation, spaces and unicode are fine.
     let odd = client.lock("{weird key: é ✓}").acquire().await;
@@ -639,5 +667,54 @@ async fn waiters_of_one_client_take_turns(fx: Fixture) {
     assert!(
         min * 4 >= max,
         "starvation: critical sections per task {counts:?}"
+    );
+}
+
+/// The same across 4 clients (4 instances × 4 tasks): the line is kept in
+/// the store, so the instance that just released does not win the lock back
+/// by hearing of its own release first, and no instance is starved.
+async fn instances_take_turns_too(fx: Fixture) {
+    const CLIENTS: usize = 4;
+    const TASKS: usize = 4;
+    const TOTAL: u64 = 320;
+    let done = Arc::new(AtomicU64::new(0));
+    let mut per_client = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = fx.client().await;
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let (client, done) = (client.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut mine = 0u64;
+                loop {
+                    let guard = client
+                        .lock("instances")
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    if done.fetch_add(1, Ordering::SeqCst) >= TOTAL {
+                        guard.release().await.unwrap();
+                        return mine;
+                    }
+                    mine += 1;
+                    tokio::task::yield_now().await;
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        per_client.push(tasks);
+    }
+    let mut counts = Vec::new();
+    for tasks in per_client {
+        for t in tasks {
+            counts.push(t.await.unwrap());
+        }
+    }
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    assert_eq!(counts.iter().sum::<u64>(), TOTAL);
+    assert!(
+        min * 4 >= max,
+        "a task was starved: critical sections per task {counts:?}"
     );
 }

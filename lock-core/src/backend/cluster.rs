@@ -41,7 +41,7 @@ use redis::{
 };
 use tokio::sync::{OnceCell, mpsc};
 
-use super::redis::{acquire_with, backend_error, release_with, renew_on};
+use super::redis::{acquire_with, backend_error, leave_on, release_with, renew_on};
 use super::subscriber::{PubSubConnection, Subscriber};
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
 use crate::client::ConnectOptions;
@@ -91,7 +91,12 @@ impl ClusterBackend {
         let sharded = supports_sharded_pubsub(&mut conn)
             .await
             .map_err(|e| backend_error(&server, e))?;
-        for script in [&*scripts::ACQUIRE, &*scripts::RELEASE, &*scripts::RENEW] {
+        for script in [
+            &*scripts::ACQUIRE,
+            &*scripts::RELEASE,
+            &*scripts::RENEW,
+            &*scripts::LEAVE,
+        ] {
             // Routed to every node. Only saves a NOSCRIPT round trip later.
             script
                 .load_async(&mut conn)
@@ -369,7 +374,7 @@ async fn follow_moved_subscriptions(
                 tracing::debug!(channel, error = %e, "leasehold: resubscribe failed");
             }
             // Wake the first waiter: a release may have gone by unheard.
-            waiters.released(&channel, None);
+            waiters.wake_first(&channel);
         }
         if to.send(push).is_err() {
             return;
@@ -383,14 +388,23 @@ impl Backend for ClusterBackend {
         keys: &'a LockKeys,
         token: &'a str,
         ttl: Duration,
+        in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(acquire_with(
             self.conn.clone(),
             &self.server,
-            keys,
-            token,
-            ttl,
+            (keys, token, ttl),
+            in_line,
         ))
+    }
+
+    fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut con = self.conn.clone();
+            if let Err(e) = leave_on(&mut con, keys, token, self.publish_command()).await {
+                tracing::debug!(error = %e, key = %keys.name, "leasehold: could not leave the line; the place lapses");
+            }
+        })
     }
 
     fn release<'a>(

@@ -6,13 +6,13 @@
 //!
 //! Time is tokio's clock, so tests can run it with `tokio::time::pause()`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, Renewal};
+use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal};
 use crate::error::LockError;
 use crate::waiting::WaitList;
 
@@ -26,6 +26,9 @@ struct Table {
     /// Fencing counters, forgotten [`FENCE_MEMORY`] after their last use
     /// like on Redis (and restarted from the clock in microseconds).
     fences: HashMap<String, (u64, Instant)>,
+    /// Each lock's line of waiters (first come, first served), as on Redis:
+    /// owner token and until when the place is kept.
+    lines: HashMap<String, VecDeque<(String, Instant)>>,
     size_after_sweep: usize,
 }
 
@@ -49,6 +52,39 @@ impl Table {
             self.locks.retain(|_, e| e.expires_at > now);
             self.fences.retain(|_, (_, forget_at)| *forget_at > now);
             self.size_after_sweep = self.locks.len() + self.fences.len();
+        }
+    }
+
+    /// The first waiter in line for `queue` whose place is still kept
+    /// (lapsed places are dropped).
+    fn head(&mut self, queue: &str, now: Instant) -> Option<(String, Instant)> {
+        let line = self.lines.get_mut(queue)?;
+        while line.front().is_some_and(|(_, kept)| *kept <= now) {
+            line.pop_front();
+        }
+        let head = line.front().cloned();
+        if head.is_none() {
+            self.lines.remove(queue);
+        }
+        head
+    }
+
+    /// Keep (or take) `token`'s place in line for `sleep` plus the grace.
+    fn wait_in_line(&mut self, queue: &str, token: &str, now: Instant, sleep: Duration) {
+        let kept = now + sleep + PLACE_GRACE;
+        let line = self.lines.entry(queue.to_owned()).or_default();
+        match line.iter_mut().find(|(t, _)| t == token) {
+            Some(place) => place.1 = kept,
+            None => line.push_back((token.to_owned(), kept)),
+        }
+    }
+
+    fn leave_line(&mut self, queue: &str, token: &str) {
+        if let Some(line) = self.lines.get_mut(queue) {
+            line.retain(|(t, _)| t != token);
+            if line.is_empty() {
+                self.lines.remove(queue);
+            }
         }
     }
 
@@ -87,20 +123,33 @@ impl MemoryBackend {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn acquire_now(&self, keys: &LockKeys, token: &str, ttl: Duration) -> Acquired {
+    fn acquire_now(&self, keys: &LockKeys, token: &str, ttl: Duration, in_line: bool) -> Acquired {
         let now = Instant::now();
         let mut table = self.table();
         table.sweep(now);
-        if let Some(entry) = table.live(&keys.lock, now) {
-            if entry.token == token {
+        let head = table.head(&keys.queue, now);
+        let busy_for = match (&head, table.live(&keys.lock, now)) {
+            // Ours already (a retried call).
+            (_, Some(entry)) if entry.token == token => {
                 entry.expires_at = now + ttl;
+                table.leave_line(&keys.queue, token);
                 let fence = table.fences.get(&keys.fence).map_or(0, |&(f, _)| f);
                 return Acquired::Yes { fence };
             }
+            (_, Some(entry)) => Some(entry.expires_at - now),
+            // Free, but kept for the first in line.
+            (Some((first, kept)), None) if first != token => Some(*kept - now),
+            (_, None) => None,
+        };
+        if let Some(sleep) = busy_for {
+            if in_line {
+                table.wait_in_line(&keys.queue, token, now, sleep);
+            }
             return Acquired::Busy {
-                expires_in: Some(entry.expires_at - now),
+                expires_in: Some(sleep),
             };
         }
+        table.leave_line(&keys.queue, token);
         let fence = table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY);
         table.locks.insert(
             keys.lock.clone(),
@@ -114,7 +163,7 @@ impl MemoryBackend {
 
     fn release_now(&self, keys: &LockKeys, token: &str, keep: Duration) -> Owned {
         let now = Instant::now();
-        {
+        let message = {
             let mut table = self.table();
             match table.live(&keys.lock, now) {
                 Some(entry) if entry.token == token => {
@@ -126,9 +175,29 @@ impl MemoryBackend {
                 }
                 _ => return Owned::No,
             }
-        }
-        self.waiters.released(&keys.channel, Some(token));
+            match table.head(&keys.queue, now) {
+                Some((next, _)) => crate::waiting::next(&next),
+                None => crate::waiting::free(token),
+            }
+        };
+        self.waiters.announce(&keys.channel, &message);
         Owned::Yes
+    }
+
+    fn leave_now(&self, keys: &LockKeys, token: &str) {
+        let now = Instant::now();
+        let next = {
+            let mut table = self.table();
+            table.leave_line(&keys.queue, token);
+            if table.live(&keys.lock, now).is_some() {
+                return;
+            }
+            table.head(&keys.queue, now)
+        };
+        if let Some((next, _)) = next {
+            self.waiters
+                .announce(&keys.channel, &crate::waiting::next(&next));
+        }
     }
 
     fn renew_now(&self, batch: &[Renewal]) -> Vec<Owned> {
@@ -153,9 +222,15 @@ impl Backend for MemoryBackend {
         keys: &'a LockKeys,
         token: &'a str,
         ttl: Duration,
+        in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
-        let outcome = self.acquire_now(keys, token, ttl);
+        let outcome = self.acquire_now(keys, token, ttl, in_line);
         Box::pin(async move { Ok(outcome) })
+    }
+
+    fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        self.leave_now(keys, token);
+        Box::pin(async {})
     }
 
     fn release<'a>(

@@ -16,7 +16,9 @@
 //! | --- | --- | --- |
 //! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars); its TTL is the lease |
 //! | `P{K}:fence` | string (integer), with expiry | the fencing counter, `INCR`ed once per acquisition; forgotten [`FENCE_MEMORY`] after the last one, and restarted from the server clock (µs) |
-//! | `P{K}:released` | pub/sub channel | a message on each release (`SPUBLISH` on Cluster) |
+//! | `P{K}:queue` | list, with expiry | the line: owner tokens of waiters, first come first served |
+//! | `P{K}:waiting` | hash, with expiry | each waiter's token → until when (server ms) its place is kept |
+//! | `P{K}:released` | pub/sub channel | on each release, `next:<token>` (the first in line) or `free:<token>` (`SPUBLISH` on Cluster) |
 //!
 //! The braces make `K` the hash tag, so all three live in one cluster slot.
 
@@ -42,6 +44,11 @@ use crate::waiting::WaitList;
 /// leave no key behind.
 pub(crate) const FENCE_MEMORY: Duration = Duration::from_secs(3600);
 
+/// How much longer than its expected sleep a waiter's place in line is kept:
+/// a waiter that has not come back by then (crashed) loses its place, and
+/// the lock is no longer kept for it.
+pub(crate) const PLACE_GRACE: Duration = Duration::from_secs(2);
+
 /// A boxed, `Send` future: backends are used as `dyn Backend`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -52,6 +59,8 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     pub(crate) lock: String,
     pub(crate) fence: String,
+    pub(crate) queue: String,
+    pub(crate) places: String,
     pub(crate) channel: String,
 }
 
@@ -71,6 +80,8 @@ impl LockKeys {
             name: name.to_owned(),
             lock: named(":lock"),
             fence: named(":fence"),
+            queue: named(":queue"),
+            places: named(":waiting"),
             channel: named(":released"),
         }
     }
@@ -135,13 +146,22 @@ pub(crate) struct Renewal {
 /// A store of leases. Every method is one atomic, owner-checked operation,
 /// safe to retry after a lost reply.
 pub(crate) trait Backend: Send + Sync + 'static {
-    /// Take the lock for `ttl` if it is free (or already ours with this token).
+    /// Take the lock for `ttl` if it is free and nobody waits in line before
+    /// us (or it is already ours with this token). With `in_line`, a busy
+    /// reply keeps (or takes) the caller's place in the lock's line.
     fn acquire<'a>(
         &'a self,
         keys: &'a LockKeys,
         token: &'a str,
         ttl: Duration,
+        in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>>;
+
+    /// The waiter `token` gives up its place in line (and the next one is
+    /// told if the lock is free). Backends without a line do nothing.
+    fn leave<'a>(&'a self, _keys: &'a LockKeys, _token: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 
     /// Give the lock back if it is ours: delete it and notify waiters, or with
     /// a non-zero `keep`, leave it (still ours) to expire after `keep`.

@@ -18,7 +18,9 @@ use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
 use tokio::sync::{OnceCell, mpsc};
 
 use super::subscriber::Subscriber;
-use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, Renewal, wrong_type};
+use super::{
+    Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal, wrong_type,
+};
 use crate::client::ConnectOptions;
 use crate::error::{LockError, redact_url};
 use crate::scripts;
@@ -205,13 +207,17 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
+    in_line: bool,
 ) -> Result<Acquired, Result<LockError, RedisError>> {
-    let mut cmd = scripts::evalsha(&scripts::ACQUIRE, 2);
+    let mut cmd = scripts::evalsha(&scripts::ACQUIRE, 4);
     cmd.arg(&keys.lock)
         .arg(&keys.fence)
+        .arg(&keys.queue)
+        .arg(&keys.places)
         .arg(token)
         .arg(millis(ttl))
-        .arg(millis(ttl + FENCE_MEMORY));
+        .arg(millis(ttl + FENCE_MEMORY))
+        .arg(if in_line { millis(PLACE_GRACE) } else { 0 });
     let (code, value): (i64, i64) = scripts::invoke(&scripts::ACQUIRE, &cmd, con)
         .await
         .map_err(Err)?;
@@ -224,7 +230,12 @@ pub(crate) async fn acquire_on<C: ConnectionLike>(
         }),
         _ => Err(Ok(wrong_type(
             keys,
-            if value == 2 { &keys.fence } else { &keys.lock },
+            match value {
+                2 => &keys.fence,
+                3 => &keys.queue,
+                4 => &keys.places,
+                _ => &keys.lock,
+            },
         ))),
     }
 }
@@ -236,24 +247,44 @@ pub(crate) async fn release_on<C: ConnectionLike>(
     keep: Duration,
     publish: &str,
 ) -> Result<Released, RedisError> {
-    let mut cmd = scripts::evalsha(&scripts::RELEASE, 1);
+    let mut cmd = scripts::evalsha(&scripts::RELEASE, 3);
     cmd.arg(&keys.lock)
+        .arg(&keys.queue)
+        .arg(&keys.places)
         .arg(token)
         .arg(if keep.is_zero() { 0 } else { millis(keep) })
         .arg(&keys.channel)
         .arg(publish);
-    let code: i64 = scripts::invoke(&scripts::RELEASE, &cmd, con).await?;
+    let (code, next): (i64, Option<String>) = scripts::invoke(&scripts::RELEASE, &cmd, con).await?;
     Ok(Released {
         owned: Owned::from_code(code),
-        listeners: u64::try_from(code - 1).unwrap_or(0),
+        next,
     })
 }
 
 /// What `release.lua` did.
 pub(crate) struct Released {
     pub(crate) owned: Owned,
-    /// The clients (subscriber connections) the release was announced to.
-    pub(crate) listeners: u64,
+    /// The first waiter in line, told it is next.
+    pub(crate) next: Option<String>,
+}
+
+/// `leave.lua`: give up a place in line.
+pub(crate) async fn leave_on<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    publish: &str,
+) -> Result<(), RedisError> {
+    let mut cmd = scripts::evalsha(&scripts::LEAVE, 3);
+    cmd.arg(&keys.lock)
+        .arg(&keys.queue)
+        .arg(&keys.places)
+        .arg(token)
+        .arg(&keys.channel)
+        .arg(publish);
+    scripts::invoke::<i64, _>(&scripts::LEAVE, &cmd, con).await?;
+    Ok(())
 }
 
 pub(crate) async fn renew_on<C: ConnectionLike>(
@@ -280,55 +311,37 @@ pub(crate) async fn renew_on<C: ConnectionLike>(
 pub(crate) async fn acquire_with<C: ConnectionLike>(
     mut con: C,
     server: &str,
-    keys: &LockKeys,
-    token: &str,
-    ttl: Duration,
+    (keys, token, ttl): (&LockKeys, &str, Duration),
+    in_line: bool,
 ) -> Result<Acquired, LockError> {
-    acquire_on(&mut con, keys, token, ttl)
+    acquire_on(&mut con, keys, token, ttl, in_line)
         .await
         .map_err(|e| e.unwrap_or_else(|e| backend_error(server, e)))
 }
 
 /// [`release_on`] with errors named after `server`, and the release
-/// announced to this client's waiters: the release of the single-server and
-/// cluster backends.
-///
-/// If only this client listens, its next waiter is woken at once, with no
-/// round trip through pub/sub. If other clients listen too, this client's
-/// waiter learns of the release the way theirs do, from the published
-/// message (or a moment later if that message is lost), instead of hearing
-/// of it first and winning nearly every handoff for its own instance.
+/// announced to this client's waiters at once (others hear it by pub/sub):
+/// the first in line if it is ours, else, with nobody in line, our first
+/// waiter. The release of the single-server and cluster backends.
 pub(crate) async fn release_with<C: ConnectionLike>(
     mut con: C,
     server: &str,
-    waiters: &Arc<WaitList>,
+    waiters: &WaitList,
     (keys, token, keep): (&LockKeys, &str, Duration),
     publish: &str,
 ) -> Result<Owned, LockError> {
     let released = release_on(&mut con, keys, token, keep, publish)
         .await
         .map_err(|e| backend_error(server, e))?;
-    if released.owned == Owned::Yes && keep.is_zero() && waiters.has_waiters(&keys.channel) {
-        // One listener is this client's own subscriber.
-        if released.listeners <= 1 {
-            waiters.released(&keys.channel, Some(token));
-        } else {
-            let (waiters, channel, token) =
-                (waiters.clone(), keys.channel.clone(), token.to_owned());
-            tokio::spawn(async move {
-                tokio::time::sleep(SHARED_HANDOFF_FALLBACK).await;
-                // A no-op if the published message already woke a waiter.
-                waiters.released(&channel, Some(&token));
-            });
-        }
+    if released.owned == Owned::Yes && keep.is_zero() {
+        let message = match &released.next {
+            Some(next) => crate::waiting::next(next),
+            None => crate::waiting::free(token),
+        };
+        waiters.announce(&keys.channel, &message);
     }
     Ok(released.owned)
 }
-
-/// How long a releasing client waits for the published message to reach
-/// its own waiter before waking it directly (only when other clients wait
-/// for the same lock).
-const SHARED_HANDOFF_FALLBACK: Duration = Duration::from_millis(5);
 
 /// Whole milliseconds, at least 1 (Redis rejects a zero expiry).
 pub(crate) fn millis(d: Duration) -> u64 {
@@ -341,13 +354,13 @@ impl Backend for RedisBackend {
         keys: &'a LockKeys,
         token: &'a str,
         ttl: Duration,
+        in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(acquire_with(
             self.conn.clone(),
             &self.server,
-            keys,
-            token,
-            ttl,
+            (keys, token, ttl),
+            in_line,
         ))
     }
 
@@ -370,6 +383,15 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let mut con = self.conn.clone();
             renew_on(&mut con, batch).await.map_err(|e| self.error(e))
+        })
+    }
+
+    fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut con = self.conn.clone();
+            if let Err(e) = leave_on(&mut con, keys, token, "PUBLISH").await {
+                tracing::debug!(error = %e, key = %keys.name, "leasehold: could not leave the line; the place lapses");
+            }
         })
     }
 

@@ -206,13 +206,15 @@ impl Backend for RedlockBackend {
         keys: &'a LockKeys,
         token: &'a str,
         ttl: Duration,
+        _in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
             let started = Instant::now();
             let replies = self
                 .on_all(self.node_timeout(ttl), |node| async move {
                     let mut con = node.connection();
-                    acquire_on(&mut con, keys, token, ttl)
+                    // No line across masters: each would keep its own order.
+                    acquire_on(&mut con, keys, token, ttl, false)
                         .await
                         .map_err(|e| e.unwrap_or_else(|e| backend_error(node.server(), e)))
                 })
@@ -291,7 +293,8 @@ impl Backend for RedlockBackend {
                 .count();
             let outcome = self.decide(replies.into_iter().map(Result::ok));
             if outcome == Some(Owned::Yes) && keep.is_zero() {
-                self.waiters.released(&keys.channel, Some(token));
+                self.waiters
+                    .announce(&keys.channel, &crate::waiting::free(token));
             }
             outcome.ok_or_else(|| self.quorum_error(keys, reached, None))
         })

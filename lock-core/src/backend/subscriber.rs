@@ -145,13 +145,13 @@ impl<C: PubSubConnection> Listener<C> {
     fn dispatch(&self, push: redis::PushInfo) {
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                // [channel, payload]: the payload is the released owner token.
+                // [channel, payload]: `next:<token>` or `free:<token>`.
                 let text = |i: usize| match push.data.get(i) {
                     Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
                     _ => None,
                 };
-                if let Some(channel) = text(0) {
-                    self.waiters.released(channel, text(1));
+                if let (Some(channel), Some(message)) = (text(0), text(1)) {
+                    self.waiters.announce(channel, message);
                 }
             }
             // Messages may have been lost while disconnected: let every waiter

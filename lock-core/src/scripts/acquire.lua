@@ -1,57 +1,123 @@
--- Take a lock if it is free (one atomic step: no GET-then-SET race).
+-- Take a lock if it is free and nobody is waiting in line before us (one
+-- atomic step: no GET-then-SET race, no barging past earlier waiters).
 --
 -- KEYS[1]  the lock key: a string holding the owner token, with a PX expiry (the lease)
 -- KEYS[2]  the fence key: an integer counter, incremented once per acquisition,
 --          forgotten ARGV[3] ms after the last one
+-- KEYS[3]  the line: a list of waiting owner tokens, first come first served
+-- KEYS[4]  the places: a hash, waiting token -> until when (server ms) its
+--          place is kept; a waiter renews it each time it tries
 -- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits)
 -- ARGV[2]  the lease length in milliseconds
 -- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
+-- ARGV[4]  0: one try, do not wait in line; > 0: wait in line, and keep the
+--          place this many ms longer than the caller will sleep
 --
 -- Returns {1, fence}  acquired (or already ours: a retried call after a lost reply)
---         {0, pttl}   held by another owner; pttl = its remaining lease in ms (-1: no expiry)
+--         {0, ms}     not now; look again within ms (-1: no expiry known): the
+--                     lock is held, or kept for the first in line
 --         {-1, i}     KEYS[i] holds a value of another type; nothing was changed
+local token = ARGV[1]
 
--- The common case first: the lock is free. (SET NX does not fail on a key
--- of another type, it just finds the key taken.)
-local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if type(set) == 'table' and set.ok then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
-    -- The counter is not a number: undo our own write, change nothing else.
-    redis.call('DEL', KEYS[1])
-    return {-1, 2}
+local head = redis.pcall('LINDEX', KEYS[3], 0)
+if type(head) == 'table' then
+  return {-1, 3}
+end
+
+local now
+if head then
+  -- Places not renewed in time belong to waiters that crashed or left.
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while head do
+    local kept = redis.pcall('HGET', KEYS[4], head)
+    if type(kept) == 'table' then
+      return {-1, 4}
+    end
+    if (tonumber(kept) or 0) > now then
+      break
+    end
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], head)
+    head = redis.call('LINDEX', KEYS[3], 0)
   end
-  if fence == 1 then
-    -- A new counter (first use of this name, or forgotten after ARGV[3] ms
-    -- without acquisitions) starts at the server clock, in microseconds
-    -- rounded down to the second: it is then above every token issued before
-    -- (a counter cannot outrun a microsecond clock: that would take over a
-    -- million acquisitions per second of one lock), unless the clock stepped
-    -- back by more than the time the counter was forgotten for. The rounding
-    -- makes Redlock masters whose clocks agree to the second start equal.
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000
-    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+end
+
+local sleep
+if head and head ~= token then
+  -- Someone came first: the lock is theirs next, held or not.
+  sleep = redis.call('PTTL', KEYS[1])
+  if sleep < 0 then
+    -- Free (or without expiry), and kept for the first in line until its
+    -- place lapses.
+    sleep = tonumber(redis.call('HGET', KEYS[4], head)) - now
+  end
+else
+  -- The lock is ours if free. (SET NX does not fail on a key of another
+  -- type, it just finds the key taken.)
+  local set = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
+  local fence
+  if type(set) == 'table' and set.ok then
+    fence = redis.pcall('INCR', KEYS[2])
+    if type(fence) == 'table' then
+      -- The counter is not a number: undo our own write, change nothing else.
+      redis.call('DEL', KEYS[1])
+      return {-1, 2}
+    end
+    if fence == 1 then
+      -- A new counter (first use of this name, or forgotten after ARGV[3]
+      -- ms without acquisitions) starts at the server clock, in
+      -- microseconds rounded down to the second: it is then above every
+      -- token issued before (a counter cannot outrun a microsecond clock:
+      -- that would take over a million acquisitions per second of one
+      -- lock), unless the clock stepped back by more than the time the
+      -- counter was forgotten for. The rounding makes Redlock masters whose
+      -- clocks agree to the second start equal.
+      fence = tonumber(redis.call('TIME')[1]) * 1000000
+      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+    else
+      redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    end
   else
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    local holder = redis.pcall('GET', KEYS[1])
+    if type(holder) == 'table' then
+      return {-1, 1}
+    end
+    if holder == token then
+      -- Our own earlier attempt got through but its reply was lost: same
+      -- lease, same fence (nobody else can have taken it in between).
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      fence = redis.pcall('GET', KEYS[2])
+      if type(fence) == 'table' then
+        return {-1, 2}
+      end
+      fence = tonumber(fence) or 0
+    end
   end
-  return {1, fence}
-end
-
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' and holder.err then
-  return {-1, 1}
-end
-
-if holder == ARGV[1] then
-  -- Our own earlier attempt got through but its reply was lost: same lease,
-  -- same fence (nobody else can have taken the lock in between).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local fence = redis.pcall('GET', KEYS[2])
-  if type(fence) == 'table' then
-    return {-1, 2}
+  if fence then
+    if head == token then
+      redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], token)
+    end
+    return {1, fence}
   end
-  return {1, tonumber(fence) or 0}
+  sleep = redis.call('PTTL', KEYS[1])
 end
 
-return {0, redis.call('PTTL', KEYS[1])}
+-- Not now: keep (or take) the caller's place in line while it sleeps.
+local grace = tonumber(ARGV[4])
+if grace > 0 then
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local keep = math.max(sleep, 0) + grace
+  if redis.call('HSET', KEYS[4], token, now + keep) == 1 then
+    redis.call('RPUSH', KEYS[3], token)
+  end
+  if redis.call('PTTL', KEYS[3]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+return {0, sleep}

@@ -51,3 +51,7 @@ pub(crate) async fn invoke<T: FromRedisValue, C: ConnectionLike>(
         other => other,
     }
 }
+
+/// `leave.lua`: a waiter gives up its place in line.
+pub(crate) static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("leave.lua")));

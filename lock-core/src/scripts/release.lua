@@ -1,6 +1,8 @@
--- Give a lock back, only if it is still ours, and tell the waiters.
+-- Give a lock back, only if it is still ours, and tell who is next.
 --
 -- KEYS[1]  the lock key (string: owner token)
+-- KEYS[2]  the line of waiting tokens (list, first come first served)
+-- KEYS[3]  the waiters' places (hash: token -> until when, in server ms)
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  keep, in milliseconds: 0 deletes the key now and announces the
 --          release; > 0 leaves the (still owned) key to expire after that many
@@ -8,24 +10,31 @@
 -- ARGV[3]  the release channel of this lock (same hash tag as KEYS[1])
 -- ARGV[4]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
--- Returns 1 + n released (n: the clients that received the announcement; 0
---         when kept for at_least), 0 not ours (expired, or another owner's),
---         -1 wrong type
+-- The message is `next:<token>` naming the first in line, whose client wakes
+-- just that waiter, or `free:<released token>` when nobody waits in line.
+--
+-- Returns {1, next}   released (next: the first in line, or nil)
+--         {0, nil}    not ours (expired, or another owner's)
+--         {-1, nil}   wrong type
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
-  return -1
+  return {-1, false}
 end
 if holder ~= ARGV[1] then
-  return 0
+  return {0, false}
 end
 
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('PEXPIRE', KEYS[1], keep)
-  return 1
+  return {1, false}
 end
 
 redis.call('DEL', KEYS[1])
--- The message is the released token, so a client that announced this
--- release locally already can recognise it.
-return 1 + redis.call(ARGV[4], ARGV[3], ARGV[1])
+local next = redis.pcall('LINDEX', KEYS[2], 0)
+if type(next) ~= 'string' then
+  redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
+  return {1, false}
+end
+redis.call(ARGV[4], ARGV[3], 'next:' .. next)
+return {1, next}
