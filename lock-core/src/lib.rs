@@ -19,9 +19,12 @@
 //!   releases. A spawned task is a different owner. See [`fencing_token`].
 //! - **Watchdog.** With `renew(true)`, one task per client renews all leases
 //!   in batches every TTL/3; a refused renewal marks the guard lost at once.
-//! - **Waiting without polling.** Waiters wake on the release (pub/sub, or
-//!   in-process for releases through the same client) or when the holder's
-//!   lease runs out.
+//! - **Waiting without polling, in turn.** A waiter takes a place in the
+//!   lock's line, kept in Redis next to the lock: first come, first served,
+//!   across clients and instances. A release names the next in line and only
+//!   that waiter is woken (pub/sub, or directly within the same client); a
+//!   holder that crashes is noticed when its lease runs out. A waiter that
+//!   gives up leaves the line; one that crashes loses its place soon after.
 //! - **Fencing.** [`LockGuard::fencing_token`] strictly increases for
 //!   successive holders of a key: one Redis counter per key, forgotten an
 //!   hour after its last acquisition and then restarted from the server's

@@ -6,10 +6,11 @@
 //!   and `ASK` (it is being migrated) are followed by redis-rs, which also
 //!   refreshes its slot map; `TRYAGAIN` is retried after a short pause.
 //!   While a slot is half-migrated, Redis runs a multi-key script only if
-//!   all its keys are on one side: renewing, extending and releasing a held
-//!   lock (one key) work throughout, but taking a lock in that slot answers
-//!   `TRYAGAIN` until the migration ends, which the request retries within
-//!   its `wait` budget.
+//!   all its keys are on one side: renewing and extending a held lock (one
+//!   key) work throughout, but taking or releasing a lock in that slot (the
+//!   lock, its fence and its line) can answer `TRYAGAIN` until the migration
+//!   ends. A request retries within its `wait` budget; a failed release
+//!   leaves the lease to expire.
 //! - **Scripts.** They are loaded on every node at connect; a node that lacks
 //!   one later (restarted, added, or reached through `ASK`) answers `NOSCRIPT`,
 //!   and the invocation loads it (`SCRIPT LOAD` goes to all nodes) and retries.
