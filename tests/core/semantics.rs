@@ -632,68 +632,46 @@ async fn fencing_token_of_the_current_task(fx: Fixture) {
 /// release: waiters queue in order, so nobody is starved by a releaser that
 /// re-takes its own lock.
 async fn waiters_of_one_client_take_turns(fx: Fixture) {
-    const TASKS: usize = 8;
-    const TOTAL: u64 = 240;
     let client = fx.client().await;
-    let done = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (client, done) = (client.clone(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut mine = 0u64;
-            loop {
-                let guard = client
-                    .lock("turns")
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .unwrap();
-                if done.fetch_add(1, Ordering::SeqCst) >= TOTAL {
-                    guard.release().await.unwrap();
-                    return mine;
-                }
-                mine += 1;
-                tokio::task::yield_now().await;
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    let mut counts = Vec::new();
-    for t in tasks {
-        counts.push(t.await.unwrap());
-    }
-    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
-    assert_eq!(counts.iter().sum::<u64>(), TOTAL);
-    assert!(
-        min * 4 >= max,
-        "starvation: critical sections per task {counts:?}"
-    );
+    let counts = take_turns(vec![client; 8], "turns", 240).await;
+    assert_fair(&counts);
 }
 
 /// The same across 4 clients (4 instances × 4 tasks): the line is kept in
 /// the store, so the instance that just released does not win the lock back
 /// by hearing of its own release first, and no instance is starved.
 async fn instances_take_turns_too(fx: Fixture) {
-    const CLIENTS: usize = 4;
-    const TASKS: usize = 4;
-    const TOTAL: u64 = 320;
-    let done = Arc::new(AtomicU64::new(0));
-    let mut per_client = Vec::new();
-    for _ in 0..CLIENTS {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
         let client = fx.client().await;
-        let mut tasks = Vec::new();
-        for _ in 0..TASKS {
-            let (client, done) = (client.clone(), done.clone());
-            tasks.push(tokio::spawn(async move {
+        clients.extend(std::iter::repeat_n(client, 4));
+    }
+    let counts = take_turns(clients, "instances", 320).await;
+    assert_fair(&counts);
+}
+
+/// One task per client given, each looping acquire (waiting) / release on
+/// `key` until `total` critical sections were done; how many each task got.
+async fn take_turns(
+    clients: Vec<leasehold::LockClient>,
+    key: &'static str,
+    total: u64,
+) -> Vec<u64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let done = done.clone();
+            tokio::spawn(async move {
                 let mut mine = 0u64;
                 loop {
                     let guard = client
-                        .lock("instances")
+                        .lock(key)
                         .wait(Duration::from_secs(60))
                         .acquire()
                         .await
                         .unwrap();
-                    if done.fetch_add(1, Ordering::SeqCst) >= TOTAL {
+                    if done.fetch_add(1, Ordering::SeqCst) >= total {
                         guard.release().await.unwrap();
                         return mine;
                     }
@@ -701,20 +679,23 @@ async fn instances_take_turns_too(fx: Fixture) {
                     tokio::task::yield_now().await;
                     guard.release().await.unwrap();
                 }
-            }));
-        }
-        per_client.push(tasks);
-    }
+            })
+        })
+        .collect();
     let mut counts = Vec::new();
-    for tasks in per_client {
-        for t in tasks {
-            counts.push(t.await.unwrap());
-        }
+    for task in tasks {
+        counts.push(task.await.unwrap());
     }
+    assert_eq!(counts.iter().sum::<u64>(), total);
+    counts
+}
+
+/// Nobody starved: the fewest critical sections are at least a quarter of
+/// the most.
+fn assert_fair(counts: &[u64]) {
     let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
-    assert_eq!(counts.iter().sum::<u64>(), TOTAL);
     assert!(
         min * 4 >= max,
-        "a task was starved: critical sections per task {counts:?}"
+        "starvation: critical sections per task {counts:?}"
     );
 }

@@ -42,7 +42,7 @@ use redis::{
 };
 use tokio::sync::{OnceCell, mpsc};
 
-use super::redis::{acquire_with, backend_error, leave_on, release_with, renew_on};
+use super::redis::{acquire_with, backend_error, leave_with, release_with, renew_on};
 use super::subscriber::{PubSubConnection, Subscriber};
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
 use crate::client::ConnectOptions;
@@ -400,12 +400,12 @@ impl Backend for ClusterBackend {
     }
 
     fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            if let Err(e) = leave_on(&mut con, keys, token, self.publish_command()).await {
-                tracing::debug!(error = %e, key = %keys.name, "leasehold: could not leave the line; the place lapses");
-            }
-        })
+        Box::pin(leave_with(
+            self.conn.clone(),
+            keys,
+            token,
+            self.publish_command(),
+        ))
     }
 
     fn release<'a>(

@@ -269,13 +269,14 @@ pub(crate) struct Released {
     pub(crate) next: Option<String>,
 }
 
-/// `leave.lua`: give up a place in line.
-pub(crate) async fn leave_on<C: ConnectionLike>(
-    con: &mut C,
+/// `leave.lua`: give up a place in line. Best effort: a place that is not
+/// given up lapses by itself, so a failure is only logged.
+pub(crate) async fn leave_with<C: ConnectionLike>(
+    mut con: C,
     keys: &LockKeys,
     token: &str,
     publish: &str,
-) -> Result<(), RedisError> {
+) {
     let mut cmd = scripts::evalsha(&scripts::LEAVE, 3);
     cmd.arg(&keys.lock)
         .arg(&keys.queue)
@@ -283,8 +284,9 @@ pub(crate) async fn leave_on<C: ConnectionLike>(
         .arg(token)
         .arg(&keys.channel)
         .arg(publish);
-    scripts::invoke::<i64, _>(&scripts::LEAVE, &cmd, con).await?;
-    Ok(())
+    if let Err(e) = scripts::invoke::<i64, _>(&scripts::LEAVE, &cmd, &mut con).await {
+        tracing::debug!(error = %e, key = %keys.name, "leasehold: could not leave the line; the place lapses");
+    }
 }
 
 pub(crate) async fn renew_on<C: ConnectionLike>(
@@ -387,12 +389,7 @@ impl Backend for RedisBackend {
     }
 
     fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let mut con = self.conn.clone();
-            if let Err(e) = leave_on(&mut con, keys, token, "PUBLISH").await {
-                tracing::debug!(error = %e, key = %keys.name, "leasehold: could not leave the line; the place lapses");
-            }
-        })
+        Box::pin(leave_with(self.conn.clone(), keys, token, "PUBLISH"))
     }
 
     fn sync_replicas<'a>(
