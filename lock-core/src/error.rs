@@ -164,6 +164,15 @@ impl LockError {
         }
     }
 
+    /// A backend failure on `server` (already redacted), not yet tied to a lock.
+    pub(crate) fn backend(server: &str, message: impl Into<String>) -> Self {
+        LockError::Backend {
+            server: server.to_owned(),
+            key: None,
+            message: message.into(),
+        }
+    }
+
     pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
         LockError::InvalidArgument {
             name,

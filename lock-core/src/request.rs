@@ -301,7 +301,7 @@ impl LockRequest {
                     retry_delay = FIRST_RETRY_DELAY;
                     if Instant::now() >= deadline {
                         if in_line && watching.is_none() {
-                            self.leave_line(keys, token);
+                            leave_in_background(&self.client, keys, token);
                         }
                         return Err(LockError::Busy {
                             key: keys.name.clone(),
@@ -320,7 +320,7 @@ impl LockRequest {
                     if Instant::now() + retry_delay >= deadline {
                         self.forget_attempt(keys, token);
                         if in_line && watching.is_none() {
-                            self.leave_line(keys, token);
+                            leave_in_background(&self.client, keys, token);
                         }
                         return Err(error.with_key(&keys.name));
                     }
@@ -341,11 +341,6 @@ impl LockRequest {
                 None => tokio::time::sleep_until(until).await,
             }
         }
-    }
-
-    /// Give up our place in the lock's line, in the background.
-    fn leave_line(&self, keys: &LockKeys, token: &str) {
-        leave_in_background(&self.client, keys, token);
     }
 
     /// Fail closed unless enough replicas acknowledged the acquisition.

@@ -6,10 +6,11 @@ use crate::error::LockError;
 
 pub(crate) fn owner_token() -> Result<String, LockError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| LockError::Backend {
-        server: "local".to_owned(),
-        key: None,
-        message: format!("the operating system's random generator failed: {e}"),
+    getrandom::fill(&mut bytes).map_err(|e| {
+        LockError::backend(
+            "local",
+            format!("the operating system's random generator failed: {e}"),
+        )
     })?;
     Ok(hex(&bytes))
 }

@@ -38,7 +38,7 @@ struct Slot {
     line: VecDeque<(String, Arc<Notify>)>,
     /// The last announcement handled, so that the same release arriving
     /// twice (directly, then by pub/sub) wakes nobody the second time.
-    announced: Option<String>,
+    announced: Option<Seen>,
 }
 
 impl Slot {
@@ -89,21 +89,27 @@ impl WaitList {
         self.slots().contains_key(channel)
     }
 
-    /// A release announcement for `channel` (the release script's message):
-    /// `next:<token>` wakes that waiter if it is ours, anything else our first
-    /// waiter. The same announcement twice wakes nobody the second time.
-    pub(crate) fn announce(&self, channel: &str, message: &str) {
+    /// A release of `channel`: wake the waiter it names if it is ours, else
+    /// our first waiter. The same announcement twice (directly, then by
+    /// pub/sub) wakes nobody the second time. Costs nothing but a lookup
+    /// when this client has no waiter on `channel`.
+    pub(crate) fn announce(&self, channel: &str, announcement: Announcement<'_>) {
         let mut slots = self.slots();
         let Some(slot) = slots.get_mut(channel) else {
             return;
         };
-        if slot.announced.as_deref() == Some(message) {
+        if slot
+            .announced
+            .as_ref()
+            .is_some_and(|seen| seen.is(announcement))
+        {
             return;
         }
-        slot.announced = Some(message.to_owned());
-        let named = message
-            .strip_prefix("next:")
-            .and_then(|next| slot.line.iter().find(|(t, _)| t == next));
+        slot.announced = Some(Seen::from(announcement));
+        let named = match announcement {
+            Announcement::Next(next) => slot.line.iter().find(|(t, _)| t == next),
+            Announcement::Free(_) => None,
+        };
         match named {
             Some((_, notify)) => notify.notify_one(),
             // Free for anyone, or another client's waiter is next: our first
@@ -133,14 +139,50 @@ impl WaitList {
     }
 }
 
-/// The announcement of a release by `token` with nobody waiting in line.
-pub(crate) fn free(token: &str) -> String {
-    format!("free:{token}")
+/// What a release says, as published by `release.lua` and `leave.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announcement<'a> {
+    /// `next:<token>`: this waiter is first in line for the free lock.
+    Next(&'a str),
+    /// `free:<token>`: released by `token`, nobody waits in line.
+    Free(&'a str),
 }
 
-/// The announcement that `token` is first in line for a free lock.
-pub(crate) fn next(token: &str) -> String {
-    format!("next:{token}")
+impl<'a> Announcement<'a> {
+    /// Parse a published message; anything unexpected counts as "free".
+    pub(crate) fn parse(message: &'a str) -> Announcement<'a> {
+        match message.strip_prefix("next:") {
+            Some(token) => Announcement::Next(token),
+            None => Announcement::Free(message.strip_prefix("free:").unwrap_or(message)),
+        }
+    }
+}
+
+/// The last announcement a slot handled.
+#[derive(Debug)]
+enum Seen {
+    Next(String),
+    Free(String),
+}
+
+impl From<Announcement<'_>> for Seen {
+    fn from(announcement: Announcement<'_>) -> Seen {
+        match announcement {
+            Announcement::Next(t) => Seen::Next(t.to_owned()),
+            Announcement::Free(t) => Seen::Free(t.to_owned()),
+        }
+    }
+}
+
+impl Seen {
+    fn is(&self, announcement: Announcement<'_>) -> bool {
+        match (self, announcement) {
+            (Seen::Next(a), Announcement::Next(b)) | (Seen::Free(a), Announcement::Free(b)) => {
+                a == b
+            }
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -167,20 +209,20 @@ mod tests {
         tokio::pin!(wait_other);
 
         // The store says t2 is next: only t2 wakes, and only once.
-        list.announce("a", &next("t2"));
-        list.announce("a", &next("t2"));
+        list.announce("a", Announcement::parse("next:t2"));
+        list.announce("a", Announcement::Next("t2"));
         assert!(ready(wait_second.as_mut()));
         assert!(!ready(wait_first.as_mut()));
         assert!(!ready(wait_other.as_mut()));
 
         // Nobody in line in the store: the first local waiter wakes.
-        list.announce("a", &free("x"));
+        list.announce("a", Announcement::parse("free:x"));
         assert!(ready(wait_first.as_mut()));
 
         // Another client's waiter is next: our first waiter looks once.
         let look = first.notified();
         tokio::pin!(look);
-        list.announce("b", &next("elsewhere"));
+        list.announce("b", Announcement::Next("elsewhere"));
         assert!(ready(wait_other.as_mut()));
         assert!(!ready(look.as_mut()));
 

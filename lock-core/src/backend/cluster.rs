@@ -37,13 +37,15 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{
-    ConnectionInfo, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
-    RedisResult, Value,
+    ConnectionInfo, ErrorKind, ProtocolVersion, PushInfo, PushKind, RedisError, RedisResult, Value,
 };
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::mpsc;
 
-use super::redis::{acquire_with, backend_error, leave_with, release_with, renew_on};
-use super::subscriber::{PubSubConnection, Subscriber};
+use super::redis::{
+    acquire_with, backend_error, leave_with, parse_url, release_with, renew_on,
+    within_connect_timeout,
+};
+use super::subscriber::{Listening, PubSubConnection, Subscriber};
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
 use crate::client::ConnectOptions;
 use crate::error::{LockError, redact_url};
@@ -63,8 +65,7 @@ pub(crate) struct ClusterBackend {
     server: String,
     /// Sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis ≥ 7).
     sharded: bool,
-    waiters: Arc<WaitList>,
-    subscriber: OnceCell<Subscriber>,
+    listening: Listening,
 }
 
 impl ClusterBackend {
@@ -88,7 +89,8 @@ impl ClusterBackend {
             .collect::<Result<Vec<_>, _>>()?;
 
         let client = build_client(cluster_builder(&nodes, options), &server)?;
-        let mut conn = connect_within(&client, options, &server).await?;
+        let mut conn =
+            within_connect_timeout(client.get_async_connection(), options, &server).await?;
         let sharded = supports_sharded_pubsub(&mut conn)
             .await
             .map_err(|e| backend_error(&server, e))?;
@@ -111,8 +113,7 @@ impl ClusterBackend {
             options: options.clone(),
             server,
             sharded,
-            waiters: Arc::default(),
-            subscriber: OnceCell::new(),
+            listening: Listening::new(Arc::default()),
         })
     }
 
@@ -125,41 +126,40 @@ impl ClusterBackend {
         if self.sharded { "SPUBLISH" } else { "PUBLISH" }
     }
 
-    async fn subscriber(&self) -> Result<&Subscriber, LockError> {
-        self.subscriber
-            .get_or_try_init(|| async {
-                let (push_tx, push_rx) = mpsc::unbounded_channel();
-                let builder = cluster_builder(&self.nodes, &self.options)
-                    .use_protocol(ProtocolVersion::RESP3)
-                    .push_sender(push_tx);
-                let client = build_client(builder, &self.server)?;
-                let conn = connect_within(&client, &self.options, &self.server).await?;
-                let wanted: Wanted = Arc::default();
-                let (listener_tx, listener_rx) = mpsc::unbounded_channel();
-                if self.sharded {
-                    tokio::spawn(follow_moved_subscriptions(
-                        push_rx,
-                        listener_tx,
-                        conn.clone(),
-                        wanted.clone(),
-                        self.waiters.clone(),
-                    ));
-                } else {
-                    tokio::spawn(forward(push_rx, listener_tx));
-                }
-                let pubsub = ClusterPubSub {
-                    conn,
-                    sharded: self.sharded,
-                    wanted,
-                };
-                Ok(Subscriber::spawn(
-                    pubsub,
-                    listener_rx,
-                    self.server.clone(),
-                    self.waiters.clone(),
-                ))
-            })
-            .await
+    /// The release listener: one RESP3 connection, opened on the first wait.
+    async fn start_listener(&self) -> Result<Subscriber, LockError> {
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let builder = cluster_builder(&self.nodes, &self.options)
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(push_tx);
+        let client = build_client(builder, &self.server)?;
+        let conn =
+            within_connect_timeout(client.get_async_connection(), &self.options, &self.server)
+                .await?;
+        let wanted: Wanted = Arc::default();
+        let (listener_tx, listener_rx) = mpsc::unbounded_channel();
+        if self.sharded {
+            tokio::spawn(follow_moved_subscriptions(
+                push_rx,
+                listener_tx,
+                conn.clone(),
+                wanted.clone(),
+                self.listening.waiters.clone(),
+            ));
+        } else {
+            tokio::spawn(forward(push_rx, listener_tx));
+        }
+        let pubsub = ClusterPubSub {
+            conn,
+            sharded: self.sharded,
+            wanted,
+        };
+        Ok(Subscriber::spawn(
+            pubsub,
+            listener_rx,
+            self.server.clone(),
+            self.listening.waiters.clone(),
+        ))
     }
 
     /// Renew a batch spread over many slots: one script per slot, all in
@@ -189,15 +189,14 @@ impl ClusterBackend {
         for (indices, codes) in join_all(calls).await {
             let codes = codes.map_err(|e| self.error(e))?;
             if codes.len() != indices.len() {
-                return Err(LockError::Backend {
-                    server: self.server.clone(),
-                    key: None,
-                    message: format!(
+                return Err(LockError::backend(
+                    &self.server,
+                    format!(
                         "the renewal script answered {} results for {} leases",
                         codes.len(),
                         indices.len()
                     ),
-                });
+                ));
             }
             for (index, code) in indices.into_iter().zip(codes) {
                 out[index] = code;
@@ -208,18 +207,6 @@ impl ClusterBackend {
 }
 
 /// Parse one node URL, with any error message redacted.
-fn parse_url(url: &str, shown: &str) -> Result<ConnectionInfo, LockError> {
-    url.into_connection_info().map_err(|e| {
-        LockError::invalid(
-            "url",
-            format!(
-                "`{shown}` is not a Redis URL ({:?}); expected redis:// or rediss://",
-                e.kind()
-            ),
-        )
-    })
-}
-
 fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> ClusterClientBuilder {
     let retries = u32::try_from(options.reconnect_retries)
         .unwrap_or(u32::MAX)
@@ -248,22 +235,6 @@ fn build_client(builder: ClusterClientBuilder, server: &str) -> Result<ClusterCl
 
 /// Open a cluster connection (slot map and node connections) within the
 /// connect timeout.
-async fn connect_within(
-    client: &ClusterClient,
-    options: &ConnectOptions,
-    server: &str,
-) -> Result<ClusterConnection, LockError> {
-    match tokio::time::timeout(options.connect_timeout, client.get_async_connection()).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(backend_error(server, e)),
-        Err(_) => Err(LockError::Backend {
-            server: server.to_owned(),
-            key: None,
-            message: format!("could not connect within {:?}", options.connect_timeout),
-        }),
-    }
-}
-
 /// Whether the servers know `SPUBLISH` (Redis ≥ 7). A server that refuses
 /// `COMMAND INFO` (renamed or forbidden, as on some managed services) gets
 /// plain pub/sub, which works everywhere.
@@ -417,7 +388,7 @@ impl Backend for ClusterBackend {
         Box::pin(release_with(
             self.conn.clone(),
             &self.server,
-            &self.waiters,
+            &self.listening.waiters,
             (keys, token, keep),
             self.publish_command(),
         ))
@@ -428,17 +399,18 @@ impl Backend for ClusterBackend {
     }
 
     fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move { self.subscriber().await?.watch(&keys.channel).await })
+        Box::pin(
+            self.listening
+                .watch(&keys.channel, || self.start_listener()),
+        )
     }
 
     fn unwatch(&self, keys: &LockKeys) {
-        if let Some(subscriber) = self.subscriber.get() {
-            subscriber.unwatch(&keys.channel);
-        }
+        self.listening.unwatch(&keys.channel);
     }
 
     fn waiters(&self) -> &WaitList {
-        &self.waiters
+        &self.listening.waiters
     }
 
     fn describe(&self) -> String {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal};
 use crate::error::LockError;
-use crate::waiting::WaitList;
+use crate::waiting::{Announcement, WaitList};
 
 /// Expired entries are swept when the table grows past this many entries
 /// since the last sweep.
@@ -48,10 +48,15 @@ impl Table {
     }
 
     fn sweep(&mut self, now: Instant) {
-        if self.locks.len() + self.fences.len() >= self.size_after_sweep + SWEEP_EVERY {
+        let size = self.locks.len() + self.fences.len() + self.lines.len();
+        if size >= self.size_after_sweep + SWEEP_EVERY {
             self.locks.retain(|_, e| e.expires_at > now);
             self.fences.retain(|_, (_, forget_at)| *forget_at > now);
-            self.size_after_sweep = self.locks.len() + self.fences.len();
+            self.lines.retain(|_, line| {
+                line.retain(|(_, kept)| *kept > now);
+                !line.is_empty()
+            });
+            self.size_after_sweep = self.locks.len() + self.fences.len() + self.lines.len();
         }
     }
 
@@ -163,7 +168,7 @@ impl MemoryBackend {
 
     fn release_now(&self, keys: &LockKeys, token: &str, keep: Duration) -> Owned {
         let now = Instant::now();
-        let message = {
+        let next = {
             let mut table = self.table();
             match table.live(&keys.lock, now) {
                 Some(entry) if entry.token == token => {
@@ -175,12 +180,13 @@ impl MemoryBackend {
                 }
                 _ => return Owned::No,
             }
-            match table.head(&keys.queue, now) {
-                Some((next, _)) => crate::waiting::next(&next),
-                None => crate::waiting::free(token),
-            }
+            table.head(&keys.queue, now).map(|(next, _)| next)
         };
-        self.waiters.announce(&keys.channel, &message);
+        let announcement = match &next {
+            Some(next) => Announcement::Next(next),
+            None => Announcement::Free(token),
+        };
+        self.waiters.announce(&keys.channel, announcement);
         Owned::Yes
     }
 
@@ -196,7 +202,7 @@ impl MemoryBackend {
         };
         if let Some((next, _)) = next {
             self.waiters
-                .announce(&keys.channel, &crate::waiting::next(&next));
+                .announce(&keys.channel, Announcement::Next(&next));
         }
     }
 

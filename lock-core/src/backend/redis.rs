@@ -15,16 +15,16 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::mpsc;
 
-use super::subscriber::Subscriber;
+use super::subscriber::{Listening, Subscriber};
 use super::{
     Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal, wrong_type,
 };
 use crate::client::ConnectOptions;
 use crate::error::{LockError, redact_url};
 use crate::scripts;
-use crate::waiting::WaitList;
+use crate::waiting::{Announcement, WaitList};
 
 /// Leases per renewal script call: large enough that 10,000 leases cost a
 /// handful of calls, small enough that one call stays well under a millisecond
@@ -37,8 +37,7 @@ pub(crate) struct RedisBackend {
     client: redis::Client,
     options: ConnectOptions,
     server: String,
-    waiters: Arc<WaitList>,
-    subscriber: OnceCell<Subscriber>,
+    listening: Listening,
 }
 
 impl RedisBackend {
@@ -85,8 +84,7 @@ impl RedisBackend {
             client,
             options: options.clone(),
             server,
-            waiters,
-            subscriber: OnceCell::new(),
+            listening: Listening::new(waiters),
         }
     }
 
@@ -104,40 +102,56 @@ impl RedisBackend {
         backend_error(&self.server, err)
     }
 
-    async fn subscriber(&self) -> Result<&Subscriber, LockError> {
-        self.subscriber
-            .get_or_try_init(|| async {
-                let (push_tx, push_rx) = mpsc::unbounded_channel();
-                let conn = connect_manager(
-                    resp3(&self.client, &self.server)?,
-                    &self.options,
-                    &self.server,
-                    Some(push_tx),
-                )
-                .await?;
-                Ok(Subscriber::spawn(
-                    conn,
-                    push_rx,
-                    self.server.clone(),
-                    self.waiters.clone(),
-                ))
-            })
-            .await
+    /// The release listener: one RESP3 connection, opened on the first wait.
+    async fn start_listener(&self) -> Result<Subscriber, LockError> {
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let conn = connect_manager(
+            resp3(&self.client, &self.server)?,
+            &self.options,
+            &self.server,
+            Some(push_tx),
+        )
+        .await?;
+        Ok(Subscriber::spawn(
+            conn,
+            push_rx,
+            self.server.clone(),
+            self.listening.waiters.clone(),
+        ))
     }
 }
 
 /// Parse a URL into a client, with any error message redacted.
 pub(crate) fn open_client(url: &str, server: &str) -> Result<redis::Client, LockError> {
-    let info = url.into_connection_info().map_err(|e| {
+    redis::Client::open(parse_url(url, server)?).map_err(|e| backend_error(server, e))
+}
+
+/// Parse a URL; the error shows it as `shown` (redacted).
+pub(crate) fn parse_url(url: &str, shown: &str) -> Result<redis::ConnectionInfo, LockError> {
+    url.into_connection_info().map_err(|e| {
         LockError::invalid(
             "url",
             format!(
-                "`{server}` is not a Redis URL ({:?}); expected redis://, rediss:// or unix://",
+                "`{shown}` is not a Redis URL ({:?}); expected redis://, rediss:// or unix://",
                 e.kind()
             ),
         )
-    })?;
-    redis::Client::open(info).map_err(|e| backend_error(server, e))
+    })
+}
+
+/// The first connection, within the connect timeout.
+pub(crate) async fn within_connect_timeout<T>(
+    connecting: impl std::future::Future<Output = redis::RedisResult<T>>,
+    options: &ConnectOptions,
+    server: &str,
+) -> Result<T, LockError> {
+    match tokio::time::timeout(options.connect_timeout, connecting).await {
+        Ok(result) => result.map_err(|e| backend_error(server, e)),
+        Err(_) => Err(LockError::backend(
+            server,
+            format!("could not connect within {:?}", options.connect_timeout),
+        )),
+    }
 }
 
 fn resp3(client: &redis::Client, server: &str) -> Result<redis::Client, LockError> {
@@ -161,20 +175,12 @@ pub(crate) async fn connect_manager(
     if let Some(push) = push {
         config = config.set_push_sender(push).set_automatic_resubscription();
     }
-    match tokio::time::timeout(
-        options.connect_timeout,
+    within_connect_timeout(
         ConnectionManager::new_with_config(client, config),
+        options,
+        server,
     )
     .await
-    {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(backend_error(server, e)),
-        Err(_) => Err(LockError::Backend {
-            server: server.to_owned(),
-            key: None,
-            message: format!("could not connect within {:?}", options.connect_timeout),
-        }),
-    }
 }
 
 fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfig {
@@ -192,11 +198,7 @@ pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
     } else {
         err.to_string()
     };
-    LockError::Backend {
-        server: server.to_owned(),
-        key: None,
-        message,
-    }
+    LockError::backend(server, message)
 }
 
 // The scripts, on any async connection (a single server, one Redlock node, or
@@ -336,11 +338,11 @@ pub(crate) async fn release_with<C: ConnectionLike>(
         .await
         .map_err(|e| backend_error(server, e))?;
     if released.owned == Owned::Yes && keep.is_zero() {
-        let message = match &released.next {
-            Some(next) => crate::waiting::next(next),
-            None => crate::waiting::free(token),
+        let announcement = match &released.next {
+            Some(next) => Announcement::Next(next),
+            None => Announcement::Free(token),
         };
-        waiters.announce(&keys.channel, &message);
+        waiters.announce(&keys.channel, announcement);
     }
     Ok(released.owned)
 }
@@ -375,7 +377,7 @@ impl Backend for RedisBackend {
         Box::pin(release_with(
             self.conn.clone(),
             &self.server,
-            &self.waiters,
+            &self.listening.waiters,
             (keys, token, keep),
             "PUBLISH",
         ))
@@ -413,17 +415,18 @@ impl Backend for RedisBackend {
     }
 
     fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move { self.subscriber().await?.watch(&keys.channel).await })
+        Box::pin(
+            self.listening
+                .watch(&keys.channel, || self.start_listener()),
+        )
     }
 
     fn unwatch(&self, keys: &LockKeys) {
-        if let Some(subscriber) = self.subscriber.get() {
-            subscriber.unwatch(&keys.channel);
-        }
+        self.listening.unwatch(&keys.channel);
     }
 
     fn waiters(&self) -> &WaitList {
-        &self.waiters
+        &self.listening.waiters
     }
 
     fn describe(&self) -> String {

@@ -36,7 +36,7 @@ use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
 use crate::client::ConnectOptions;
 use crate::error::LockError;
 use crate::scripts;
-use crate::waiting::WaitList;
+use crate::waiting::{Announcement, WaitList};
 
 pub(crate) struct RedlockBackend {
     nodes: Vec<RedisBackend>,
@@ -115,11 +115,10 @@ impl RedlockBackend {
             async move {
                 match tokio::time::timeout(timeout, op).await {
                     Ok(reply) => reply,
-                    Err(_) => Err(LockError::Backend {
-                        server: node.server().to_owned(),
-                        key: None,
-                        message: format!("no answer within {timeout:?}"),
-                    }),
+                    Err(_) => Err(LockError::backend(
+                        node.server(),
+                        format!("no answer within {timeout:?}"),
+                    )),
                 }
             }
         }))
@@ -185,13 +184,13 @@ impl RedlockBackend {
         let replies = self
             .on_all(self.node_timeout(ttl), |node| async move {
                 let mut con = node.connection();
-                scripts::RAISE_FENCE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
+                let mut cmd = scripts::evalsha(&scripts::RAISE_FENCE, 2);
+                cmd.arg(&keys.lock)
+                    .arg(&keys.fence)
                     .arg(token)
                     .arg(fence)
-                    .arg(super::redis::millis(ttl + super::FENCE_MEMORY))
-                    .invoke_async::<i64>(&mut con)
+                    .arg(super::redis::millis(ttl + super::FENCE_MEMORY));
+                scripts::invoke::<i64, _>(&scripts::RAISE_FENCE, &cmd, &mut con)
                     .await
                     .map_err(|e| backend_error(node.server(), e))
             })
@@ -294,7 +293,7 @@ impl Backend for RedlockBackend {
             let outcome = self.decide(replies.into_iter().map(Result::ok));
             if outcome == Some(Owned::Yes) && keep.is_zero() {
                 self.waiters
-                    .announce(&keys.channel, &crate::waiting::free(token));
+                    .announce(&keys.channel, Announcement::Free(token));
             }
             outcome.ok_or_else(|| self.quorum_error(keys, reached, None))
         })

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis::{PushKind, RedisResult};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use super::BoxFuture;
 use super::redis::backend_error;
 use crate::error::LockError;
-use crate::waiting::WaitList;
+use crate::waiting::{Announcement, WaitList};
 
 /// A connection that can (un)subscribe to release channels and delivers
 /// messages to a push sender: plain pub/sub on one server, sharded pub/sub
@@ -29,6 +29,42 @@ impl PubSubConnection for redis::aio::ConnectionManager {
 
     fn unsubscribe<'a>(&'a mut self, channel: &'a str) -> BoxFuture<'a, RedisResult<()>> {
         Box::pin(redis::aio::ConnectionManager::unsubscribe(self, channel))
+    }
+}
+
+/// What a Redis backend needs to hear releases: the client's wait list and
+/// its listener, started on the first wait.
+pub(crate) struct Listening {
+    pub(crate) waiters: Arc<WaitList>,
+    subscriber: OnceCell<Subscriber>,
+}
+
+impl Listening {
+    pub(crate) fn new(waiters: Arc<WaitList>) -> Listening {
+        Listening {
+            waiters,
+            subscriber: OnceCell::new(),
+        }
+    }
+
+    /// Resolves once releases of `channel` reach the wait list, starting the
+    /// listener with `start` if this is the first wait of the client.
+    pub(crate) async fn watch<F, Fut>(&self, channel: &str, start: F) -> Result<(), LockError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Subscriber, LockError>>,
+    {
+        self.subscriber
+            .get_or_try_init(start)
+            .await?
+            .watch(channel)
+            .await
+    }
+
+    pub(crate) fn unwatch(&self, channel: &str) {
+        if let Some(subscriber) = self.subscriber.get() {
+            subscriber.unwatch(channel);
+        }
     }
 }
 
@@ -78,11 +114,7 @@ impl Subscriber {
     }
 
     fn gone(&self) -> LockError {
-        LockError::Backend {
-            server: self.server.clone(),
-            key: None,
-            message: "the release listener stopped".to_owned(),
-        }
+        LockError::backend(&self.server, "the release listener stopped")
     }
 }
 
@@ -151,7 +183,7 @@ impl<C: PubSubConnection> Listener<C> {
                     _ => None,
                 };
                 if let (Some(channel), Some(message)) = (text(0), text(1)) {
-                    self.waiters.announce(channel, message);
+                    self.waiters.announce(channel, Announcement::parse(message));
                 }
             }
             // Messages may have been lost while disconnected: let every waiter
