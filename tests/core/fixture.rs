@@ -47,6 +47,26 @@ impl Fixture {
     }
 }
 
+/// Poll `condition` every 10 ms until it holds; fail with `what` after 10 s
+/// (a hang guard, not a timing assertion).
+pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Take `key` and give it back at once.
+pub async fn take_and_give_back(client: &LockClient, key: &str) {
+    let guard = client
+        .lock(key)
+        .acquire()
+        .await
+        .expect("acquire a free lock");
+    guard.release().await.expect("release our own lock");
+}
+
 /// Instantiate each listed `async fn(Fixture)` once per backend:
 /// `name::redis` and `name::memory`.
 #[macro_export]

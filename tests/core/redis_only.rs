@@ -6,6 +6,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockError};
 use tokio::time::Instant;
 
+use crate::fixture::{take_and_give_back, wait_until};
 use crate::support::RedisServer;
 
 fn int(v: redis::Value) -> i64 {
@@ -226,23 +227,9 @@ async fn wrong_type_is_a_clear_error_and_nothing_is_overwritten() {
 async fn scripts_are_reloaded_after_script_flush() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    client
-        .lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_give_back(&client, "s").await;
     server.cmd(&["SCRIPT", "FLUSH"]);
-    client
-        .lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_give_back(&client, "s").await;
 }
 
 #[tokio::test]
@@ -287,18 +274,10 @@ async fn subscriptions_last_only_while_someone_waits() {
         redis::Value::Array(v) => int(v[1].clone()),
         other => panic!("{other:?}"),
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while channels() == 0 {
-        assert!(Instant::now() < deadline, "the waiter never subscribed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the waiter never subscribed", || channels() != 0).await;
     guard.release().await.unwrap();
     task.await.unwrap().unwrap().release().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while channels() != 0 {
-        assert!(Instant::now() < deadline, "the waiter never unsubscribed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the waiter never unsubscribed", || channels() == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,14 +285,7 @@ async fn a_release_wakes_one_waiter_not_a_herd() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     // Load the scripts first (a first EVALSHA fails with NOSCRIPT and is resent).
-    client
-        .lock("warm-up")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_give_back(&client, "warm-up").await;
     let guard = client
         .lock("herd")
         .ttl(Duration::from_secs(60))
@@ -336,11 +308,10 @@ async fn a_release_wakes_one_waiter_not_a_herd() {
         }));
     }
     // Every waiter has tried once and subscribed (2 attempts each).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.command_calls("evalsha") < 2 + 2 + 1 + 2 * 10 {
-        assert!(Instant::now() < deadline, "waiters did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("waiters did not start", || {
+        server.command_calls("evalsha") >= 2 + 2 + 1 + 2 * 10
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = server.command_calls("evalsha");
     guard.release().await.unwrap();
@@ -443,14 +414,10 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
         .unwrap_err();
     assert!(err.is_busy());
     // Leaving happens in the background, right after.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.cmd(&["EXISTS", "leasehold:{line}:queue"]) != redis::Value::Int(0) {
-        assert!(
-            Instant::now() < deadline,
-            "the place in line was not given up"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the place in line was not given up", || {
+        server.cmd(&["EXISTS", "leasehold:{line}:queue"]) == redis::Value::Int(0)
+    })
+    .await;
     guard.release().await.unwrap();
     assert!(
         waiter.lock("line").try_acquire().await.unwrap().is_some(),

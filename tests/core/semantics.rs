@@ -598,14 +598,7 @@ async fn invalid_arguments_are_rejected(fx: Fixture) {
     // Keys with other punctuation, spaces and unicode are fine.
     let odd = client.lock("{weird key: é ✓}").acquire().await;
     assert!(matches!(odd, Err(LockError::InvalidArgument { .. })));
-    client
-        .lock("weird key: é ✓ {x")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::fixture::take_and_give_back(&client, "weird key: é ✓ {x").await;
 }
 
 async fn fencing_token_of_the_current_task(fx: Fixture) {
