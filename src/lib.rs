@@ -72,7 +72,7 @@
 
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
-    LockRequest, fencing_token, set_global_client,
+    LockRequest, LostCause, MAX_WAIT, fencing_token, set_global_client,
 };
 /// # Compiling examples
 ///
@@ -153,7 +153,7 @@ pub use leasehold_core::{
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// assert_eq!(slow().await, Err(LockError::Lost { key: "slow".into() }));
+/// assert_eq!(slow().await, Err(LockError::Lost { key: "slow".into(), cause: leasehold::LostCause::Expired }));
 /// # }
 /// ```
 pub use leasehold_macros::distributed_lock;

@@ -206,6 +206,9 @@ pub struct LockClientBuilder {
     default_ttl: Duration,
     options: ConnectOptions,
     replica_sync: ReplicaSync,
+    name: Option<String>,
+    restart_grace: Duration,
+    allow_eviction: bool,
     invalid: Option<LockError>,
 }
 
@@ -216,6 +219,9 @@ impl Default for LockClientBuilder {
             default_ttl: DEFAULT_TTL,
             options: ConnectOptions::default(),
             replica_sync: ReplicaSync::default(),
+            name: None,
+            restart_grace: Duration::ZERO,
+            allow_eviction: false,
             invalid: None,
         }
     }
@@ -279,6 +285,32 @@ impl LockClientBuilder {
         if replicas > 0 && self.options.response_timeout < needed {
             self.options.response_timeout = needed;
         }
+        self
+    }
+
+    /// Who holds a lock, as operators see it (`LockInfo::holder`, the CLI).
+    /// Default: `hostname:pid`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Grant no lock on a server whose uptime is below `grace` (default
+    /// zero). A server that restarted without persistence forgot every lock;
+    /// with `grace` at least the longest lease, no client (not even one that
+    /// did not see the restart) hands out a lock that an old holder may
+    /// still believe it has.
+    pub fn restart_grace(mut self, grace: Duration) -> Self {
+        self.restart_grace = grace;
+        self
+    }
+
+    /// Accept a server whose `maxmemory-policy` can evict lock keys
+    /// (`allkeys-*`, `volatile-*`). Default `false`: such a server is refused
+    /// at connect with an error naming the policy, since an evicted lock key
+    /// lets a second holder in.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 

@@ -26,12 +26,13 @@ pub enum LockError {
         key: String,
     },
 
-    /// The lease was lost while the caller relied on it: a renewal was
-    /// refused, or its validity passed without renewal.
-    #[error("lease on lock `{key}` was lost before the work finished")]
+    /// The lease was lost while the caller relied on it; `cause` says why.
+    #[error("lease on lock `{key}` was lost before the work finished: {cause}")]
     Lost {
         /// The lock's key.
         key: String,
+        /// Why the lease was lost.
+        cause: LostCause,
     },
 
     /// The caller asked to extend or release a lease that is no longer its
@@ -116,6 +117,44 @@ pub enum LockError {
     },
 }
 
+/// Why a lease was lost: carried by [`LockError::Lost`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// The server refused a renewal or extension: the key had expired, was
+    /// deleted, or belongs to another owner now.
+    Refused,
+    /// The validity deadline passed without renewal (no `renew`).
+    Expired,
+    /// The validity deadline passed while the server(s) did not answer
+    /// (unreachable, stalled, partitioned): the lease may have run out there.
+    Unreachable,
+    /// The server restarted (its `run_id` changed) and no longer has the key.
+    Restarted,
+    /// The server failed over to a new primary that does not have the key.
+    FailedOver,
+    /// An operator released the lock (`LockClient::force_release`).
+    ForceReleased,
+    /// Renewal stopped at the request's `max_hold`, and the lease ran out.
+    MaxHold,
+}
+
+impl std::fmt::Display for LostCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostCause::Refused => {
+                "the server refused the renewal (expired, deleted or taken by another owner)"
+            }
+            LostCause::Expired => "its validity passed without renewal",
+            LostCause::Unreachable => "the server did not answer before the validity passed",
+            LostCause::Restarted => "the server restarted and lost the lock",
+            LostCause::FailedOver => "the server failed over to a primary without the lock",
+            LostCause::ForceReleased => "an operator released it",
+            LostCause::MaxHold => "max_hold was reached and renewal stopped",
+        })
+    }
+}
+
 fn key_suffix(key: &Option<String>) -> String {
     match key {
         Some(k) => format!(" (lock `{k}`)"),
@@ -147,7 +186,13 @@ impl LockError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            LockError::Backend { .. } | LockError::Quorum { .. } | LockError::ReplicaSync { .. }
+            LockError::Backend { .. }
+                | LockError::Quorum { .. }
+                | LockError::ReplicaSync { .. }
+                | LockError::Lost {
+                    cause: LostCause::Unreachable,
+                    ..
+                }
         )
     }
 
@@ -155,7 +200,7 @@ impl LockError {
     pub fn key(&self) -> Option<&str> {
         match self {
             LockError::Busy { key }
-            | LockError::Lost { key }
+            | LockError::Lost { key, .. }
             | LockError::NotHeld { key }
             | LockError::WrongType { key, .. }
             | LockError::ReplicaSync { key, .. } => Some(key),

@@ -58,7 +58,7 @@ mod waiting;
 mod watchdog;
 
 pub use client::{DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder};
-pub use error::LockError;
+pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
 pub use global::set_global_client;
 pub use guard::LockGuard;

@@ -59,6 +59,7 @@ pub struct LockRequest {
     renew: bool,
     wait: Duration,
     at_least: Option<Duration>,
+    max_hold: Option<Duration>,
     replicas: usize,
 }
 
@@ -70,6 +71,7 @@ impl std::fmt::Debug for LockRequest {
             .field("renew", &self.renew)
             .field("wait", &self.wait)
             .field("at_least", &self.at_least)
+            .field("max_hold", &self.max_hold)
             .field("replicas", &self.replicas)
             .finish()
     }
@@ -127,6 +129,7 @@ impl LockRequest {
             renew: false,
             wait: Duration::ZERO,
             at_least: None,
+            max_hold: None,
             replicas,
         }
     }
@@ -160,6 +163,15 @@ impl LockRequest {
     /// Zero turns it off.
     pub fn at_least(mut self, min: Duration) -> Self {
         self.at_least = (!min.is_zero()).then_some(min);
+        self
+    }
+
+    /// Stop renewing this long after acquisition: the lease then runs out,
+    /// the guard is lost and a `run` body (or `#[distributed_lock]`
+    /// function) is dropped with [`LockError::Lost`]. A bound on how long a
+    /// renewed job may keep a lock. Zero turns it off.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = (!max.is_zero()).then_some(max);
         self
     }
 
@@ -261,6 +273,7 @@ impl LockRequest {
             }
             None => Err(LockError::Lost {
                 key: guard.key().to_owned(),
+                cause: crate::error::LostCause::Expired,
             }),
         }
     }

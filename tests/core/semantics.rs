@@ -502,7 +502,8 @@ async fn run_drops_the_body_when_the_lease_lapses(fx: Fixture) {
     assert_eq!(
         err,
         LockError::Lost {
-            key: "slow-job".into()
+            key: "slow-job".into(),
+            cause: leasehold::LostCause::Expired,
         }
     );
     assert!(

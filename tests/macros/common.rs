@@ -63,7 +63,7 @@ pub fn assert_busy<T: std::fmt::Debug>(result: Result<T, AppError>, key: &str) {
 #[track_caller]
 pub fn assert_lost<T: std::fmt::Debug>(result: Result<T, AppError>, key: &str) {
     match result {
-        Err(AppError::Lock(LockError::Lost { key: k })) => assert_eq!(k, key),
+        Err(AppError::Lock(LockError::Lost { key: k, .. })) => assert_eq!(k, key),
         other => panic!("expected Lost on `{key}`, got {other:?}"),
     }
 }
