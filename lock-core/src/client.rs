@@ -1,23 +1,19 @@
 //! [`LockClient`]: the entry point, one per backend, cheap to clone.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::backend::Backend;
+use crate::backend::connect::ConnectOptions;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::gate::GatePolicy;
+use crate::backend::redis::server::Server;
 use crate::backend::redlock::RedlockBackend;
+use crate::config::{ClientConfig, ReplicaSync};
 use crate::error::LockError;
-use crate::request::{LockRequest, validate_ttl};
+use crate::limits::{validate_prefix, validate_ttl};
+use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
-
-/// The default key prefix: every Redis name leasehold uses starts with it.
-pub const DEFAULT_PREFIX: &str = "leasehold:";
-/// The default lease length.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to a lock backend: one Redis server, a Redis Cluster, a set of
 /// independent masters (Redlock), or the in-process store.
@@ -46,50 +42,7 @@ static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) id: u64,
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) prefix: String,
-    pub(crate) default_ttl: Duration,
-    pub(crate) replica_sync: ReplicaSync,
-    pub(crate) watchdog: Watchdog,
-}
-
-/// How many replicas must acknowledge an acquisition, and how long to wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaSync {
-    pub(crate) replicas: usize,
-    pub(crate) timeout: Duration,
-}
-
-impl Default for ReplicaSync {
-    fn default() -> Self {
-        ReplicaSync {
-            replicas: 0,
-            timeout: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Timeouts and retries of Redis connections.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) reconnect_retries: usize,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        ConnectOptions {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
-            reconnect_retries: 2,
-        }
-    }
+    shared: Arc<Shared>,
 }
 
 impl LockClient {
@@ -155,23 +108,25 @@ impl LockClient {
     /// A request for the lock named `key` (without prefix). Configure it,
     /// then `acquire`, `try_acquire` or `run` it.
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.inner.clone(), key.into())
+        LockRequest::new(self.shared.clone(), key.into())
     }
 
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
-        &self.inner.prefix
+        &self.shared.config.prefix
+    }
+
+    /// The name operators see as the holder of this client's locks.
+    pub fn name(&self) -> &str {
+        &self.shared.config.name
     }
 
     fn from_backend(backend: Arc<dyn Backend>, builder: &LockClientBuilder) -> LockClient {
         LockClient {
-            inner: Arc::new(ClientInner {
-                id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
+            shared: Arc::new(Shared {
+                config: builder.config.for_new_client(),
+                watchdog: Arc::new(Watchdog::new(backend.clone())),
                 backend,
-                prefix: builder.prefix.clone(),
-                default_ttl: builder.default_ttl,
-                replica_sync: builder.replica_sync,
-                watchdog: Watchdog::default(),
             }),
         }
     }
@@ -180,9 +135,10 @@ impl LockClient {
 impl std::fmt::Debug for LockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockClient")
-            .field("backend", &self.inner.backend.describe())
-            .field("prefix", &self.inner.prefix)
-            .field("default_ttl", &self.inner.default_ttl)
+            .field("backend", &self.shared.backend.describe())
+            .field("name", &self.shared.config.name)
+            .field("prefix", &self.shared.config.prefix)
+            .field("default_ttl", &self.shared.config.default_ttl)
             .finish()
     }
 }
@@ -200,31 +156,12 @@ impl std::fmt::Debug for LockClient {
 /// assert_eq!(client.prefix(), "tests:");
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LockClientBuilder {
-    prefix: String,
-    default_ttl: Duration,
+    config: ClientConfig,
     options: ConnectOptions,
-    replica_sync: ReplicaSync,
-    name: Option<String>,
-    restart_grace: Duration,
-    allow_eviction: bool,
+    policy: GatePolicy,
     invalid: Option<LockError>,
-}
-
-impl Default for LockClientBuilder {
-    fn default() -> Self {
-        LockClientBuilder {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            default_ttl: DEFAULT_TTL,
-            options: ConnectOptions::default(),
-            replica_sync: ReplicaSync::default(),
-            name: None,
-            restart_grace: Duration::ZERO,
-            allow_eviction: false,
-            invalid: None,
-        }
-    }
 }
 
 impl LockClientBuilder {
@@ -232,13 +169,10 @@ impl LockClientBuilder {
     /// `{` or `}` (they delimit the hash tag).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
-        if prefix.contains(['{', '}']) {
-            self.invalid = Some(LockError::invalid(
-                "prefix",
-                format!("`{prefix}` contains a brace; braces delimit the hash tag"),
-            ));
+        if let Err(e) = validate_prefix(&prefix) {
+            self.invalid = Some(e);
         }
-        self.prefix = prefix;
+        self.config.prefix = prefix;
         self
     }
 
@@ -247,7 +181,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_ttl(ttl) {
             self.invalid = Some(e);
         }
-        self.default_ttl = ttl;
+        self.config.default_ttl = ttl;
         self
     }
 
@@ -280,7 +214,7 @@ impl LockClientBuilder {
     /// backend has nothing to replicate and accepts it; Redlock and Cluster
     /// clients refuse a synced acquisition with [`LockError::InvalidArgument`].
     pub fn replica_sync(mut self, replicas: usize, timeout: Duration) -> Self {
-        self.replica_sync = ReplicaSync { replicas, timeout };
+        self.config.replica_sync = ReplicaSync { replicas, timeout };
         let needed = timeout + Duration::from_secs(1);
         if replicas > 0 && self.options.response_timeout < needed {
             self.options.response_timeout = needed;
@@ -291,7 +225,7 @@ impl LockClientBuilder {
     /// Who holds a lock, as operators see it (`LockInfo::holder`, the CLI).
     /// Default: `hostname:pid`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+        self.config.name = name.into();
         self
     }
 
@@ -301,7 +235,7 @@ impl LockClientBuilder {
     /// did not see the restart) hands out a lock that an old holder may
     /// still believe it has.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
-        self.restart_grace = grace;
+        self.policy.restart_grace = grace;
         self
     }
 
@@ -310,7 +244,7 @@ impl LockClientBuilder {
     /// at connect with an error naming the policy, since an evicted lock key
     /// lets a second holder in.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
+        self.policy.allow_eviction = allow;
         self
     }
 
@@ -324,7 +258,7 @@ impl LockClientBuilder {
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.check()?;
-        let backend = RedisBackend::connect(url, &self.options, Arc::default()).await?;
+        let backend = Server::connect(url, &self.options, self.policy, Arc::default()).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
 
@@ -336,7 +270,7 @@ impl LockClientBuilder {
     {
         self.check()?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let backend = RedlockBackend::connect(&urls, &self.options).await?;
+        let backend = RedlockBackend::connect(&urls, &self.options, self.policy).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
 
@@ -350,7 +284,8 @@ impl LockClientBuilder {
         self.check()?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let backend =
-            crate::backend::cluster::ClusterBackend::connect(&urls, &self.options).await?;
+            crate::backend::redis::cluster::Cluster::connect(&urls, &self.options, self.policy)
+                .await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
 

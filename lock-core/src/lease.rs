@@ -1,89 +1,114 @@
-//! The shared state of one held lease: who holds it, until when it is valid,
-//! and whether it has been lost or released. Guards, the watchdog and the
-//! reentrancy table all look at the same [`Lease`].
+//! A held lease and its whole lifetime: taken (with its validity deadline
+//! and, with `renew`, the watchdog's renewals), shared by the guards of one
+//! owner (re-entries), lost (refused, unreachable, server restarted...) or
+//! given back by the last of them, in one release path shared by
+//! `LockGuard::release` and `Drop`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{LockKeys, Owned, Renewal};
-use crate::client::ClientInner;
-use crate::error::LockError;
-use crate::reentrancy::Owner;
+use crate::backend::{Backend, LockKeys, Owned, Renewal};
+use crate::error::{LockError, LostCause};
+use crate::limits::validate_ttl;
+use crate::watchdog::{Renewable, Watchdog};
+
+/// How a lease was asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseSettings {
+    pub(crate) ttl: Duration,
+    pub(crate) renew: bool,
+    pub(crate) at_least: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+/// Who issued the lease: the client's backend and watchdog, and its id
+/// (re-entry only within the same client).
+#[derive(Clone)]
+pub(crate) struct Issuer {
+    pub(crate) client_id: u64,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) watchdog: Arc<Watchdog>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum State {
+enum State {
     Held,
-    /// A renewal was refused, or the validity passed.
-    Lost,
-    /// Given back (or being given back) by its owner.
+    Lost(LostCause),
+    /// Given back (or being given back) by its last holder.
     Released,
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Status {
-    pub(crate) state: State,
+struct Status {
+    state: State,
     /// Past this instant the lease may have expired on the server.
-    pub(crate) valid_until: Instant,
+    valid_until: Instant,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Lease {
-    pub(crate) id: u64,
-    pub(crate) client: Arc<ClientInner>,
+    id: u64,
+    issuer: Issuer,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) token: Arc<str>,
+    token: Arc<str>,
     pub(crate) fence: u64,
-    pub(crate) owner: Owner,
-    pub(crate) ttl: Duration,
-    pub(crate) renew: bool,
+    settings: LeaseSettings,
     /// When the acquire request that won the lease was sent.
-    pub(crate) acquired_at: Instant,
-    pub(crate) at_least: Option<Duration>,
+    acquired_at: Instant,
     /// How many guards (outermost + re-entries) share this lease.
-    pub(crate) holders: AtomicUsize,
+    holders: AtomicUsize,
     status: Mutex<Status>,
-    /// Signalled when `status.state` leaves `Held` (not on renewals: a
-    /// waiter in `lost()` re-reads the deadline when its sleep ends).
+    /// Signalled when the state leaves `Held` (not on renewals: a waiter in
+    /// `lost()` re-reads the deadline when its sleep ends).
     state_changed: Notify,
 }
 
 impl Lease {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        client: Arc<ClientInner>,
+    /// A lease just won by the attempt sent at `acquired_at`: its validity
+    /// is counted from then, and the watchdog watches it from now on.
+    pub(crate) fn start(
+        issuer: Issuer,
         keys: Arc<LockKeys>,
         token: Arc<str>,
         fence: u64,
-        owner: Owner,
-        ttl: Duration,
-        renew: bool,
+        settings: LeaseSettings,
         acquired_at: Instant,
-        at_least: Option<Duration>,
-    ) -> Lease {
-        let valid_until = acquired_at + ttl - client.backend.drift(ttl).min(ttl);
-        Lease {
+    ) -> Arc<Lease> {
+        let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            client,
+            issuer,
             keys,
             token,
             fence,
-            owner,
-            ttl,
-            renew,
+            settings,
             acquired_at,
-            at_least,
             holders: AtomicUsize::new(1),
             status: Mutex::new(Status {
                 state: State::Held,
-                valid_until,
+                valid_until: acquired_at,
             }),
             state_changed: Notify::new(),
-        }
+        });
+        lease.status_mut().valid_until = lease.validity_from(acquired_at, settings.ttl);
+        let first_due = settings.renew.then(|| acquired_at + lease.renew_period());
+        let weak: Weak<dyn Renewable> = Arc::downgrade(&lease) as Weak<dyn Renewable>;
+        lease.issuer.watchdog.track(lease.id, weak, first_due);
+        lease
+    }
+
+    /// The validity deadline of a lease of `ttl` whose request was sent at
+    /// `sent_at`: ttl minus the clock-drift margin.
+    fn validity_from(&self, sent_at: Instant, ttl: Duration) -> Instant {
+        sent_at + ttl - self.issuer.backend.drift(ttl).min(ttl)
+    }
+
+    fn renew_period(&self) -> Duration {
+        self.settings.ttl / 3
     }
 
     fn status_mut(&self) -> MutexGuard<'_, Status> {
@@ -91,8 +116,13 @@ impl Lease {
         self.status.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn status(&self) -> Status {
+    fn status(&self) -> Status {
         *self.status_mut()
+    }
+
+    /// The client that issued it.
+    pub(crate) fn client_id(&self) -> u64 {
+        self.issuer.client_id
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -100,25 +130,41 @@ impl Lease {
         status.state == State::Held && Instant::now() < status.valid_until
     }
 
-    /// The validity deadline after a successful renewal sent at `sent_at`.
-    pub(crate) fn renewed(&self, sent_at: Instant, ttl: Duration) {
-        let valid_until = sent_at + ttl - self.client.backend.drift(ttl).min(ttl);
-        let mut status = self.status_mut();
-        if status.state == State::Held {
-            status.valid_until = valid_until;
+    /// Time left until the validity deadline (zero once lost).
+    pub(crate) fn remaining(&self) -> Duration {
+        let status = self.status();
+        if status.state != State::Held {
+            return Duration::ZERO;
+        }
+        status.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Why the deadline passed: renewal stopped at `max_hold`, renewals
+    /// failed (unreachable), or there were none (expired).
+    fn deadline_cause(&self, now: Instant) -> LostCause {
+        if !self.settings.renew {
+            LostCause::Expired
+        } else if self.past_max_hold(now) {
+            LostCause::MaxHold
+        } else {
+            LostCause::Unreachable
         }
     }
 
-    /// The lease is gone (refused renewal, or validity passed).
-    pub(crate) fn mark_lost(&self) {
-        self.set_state_from_held(State::Lost);
+    fn past_max_hold(&self, now: Instant) -> bool {
+        self.settings
+            .max_hold
+            .is_some_and(|max| now >= self.acquired_at + max)
     }
 
-    fn mark_released(&self) {
-        self.set_state_from_held(State::Released);
+    /// The lease is gone, for `cause` (first cause wins).
+    fn mark_lost(&self, cause: LostCause) {
+        if self.leave_held(State::Lost(cause)) {
+            self.issuer.watchdog.untrack(self.id);
+        }
     }
 
-    fn set_state_from_held(&self, state: State) {
+    fn leave_held(&self, state: State) -> bool {
         let changed = {
             let mut status = self.status_mut();
             let held = status.state == State::Held;
@@ -130,22 +176,26 @@ impl Lease {
         if changed {
             self.state_changed.notify_waiters();
         }
+        changed
     }
 
-    /// Resolves once the lease is lost (or released).
-    pub(crate) async fn lost(&self) {
+    /// Resolves once the lease is lost (or released), with the cause.
+    pub(crate) async fn lost(&self) -> LostCause {
         loop {
             // Armed before reading the state, so a change in between wakes us.
             let changed = self.state_changed.notified();
             let mut changed = std::pin::pin!(changed);
             changed.as_mut().enable();
             let status = self.status();
-            if status.state != State::Held {
-                return;
+            match status.state {
+                State::Lost(cause) => return cause,
+                State::Released => return LostCause::Refused,
+                State::Held => {}
             }
-            if Instant::now() >= status.valid_until {
-                self.mark_lost();
-                return;
+            let now = Instant::now();
+            if now >= status.valid_until {
+                self.mark_lost(self.deadline_cause(now));
+                continue;
             }
             tokio::select! {
                 () = changed => {}
@@ -155,71 +205,165 @@ impl Lease {
         }
     }
 
+    /// `Lost`, with the cause if known.
+    pub(crate) fn lost_error(&self) -> LockError {
+        let cause = match self.status().state {
+            State::Lost(cause) => cause,
+            _ => self.deadline_cause(Instant::now()),
+        };
+        LockError::Lost {
+            key: self.keys.key.clone(),
+            cause,
+        }
+    }
+
+    pub(crate) fn not_held(&self) -> LockError {
+        LockError::NotHeld {
+            key: self.keys.key.clone(),
+        }
+    }
+
+    /// Set the lease to `ttl` from now, if it is still ours.
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
-        crate::request::validate_ttl(ttl)?;
+        validate_ttl(ttl)?;
         if self.status().state != State::Held {
             return Err(self.not_held());
         }
         let sent_at = Instant::now();
-        let batch = [Renewal {
-            keys: self.keys.clone(),
-            token: self.token.clone(),
-            ttl,
-        }];
+        let renewal = self.renewal_of(ttl);
         let outcome = self
-            .client
+            .issuer
             .backend
-            .renew(&batch)
+            .renew(std::slice::from_ref(&renewal))
             .await
-            .map_err(|e| e.with_key(&self.keys.name))?;
+            .map_err(|e| e.with_key(&self.keys.key))?;
         match outcome.first().copied().unwrap_or(Owned::No) {
             Owned::Yes => {
-                self.renewed(sent_at, ttl);
+                self.set_validity(sent_at, ttl);
                 Ok(())
             }
             other => {
-                self.mark_lost();
+                self.mark_lost(LostCause::Refused);
                 other.into_result(&self.keys)
             }
         }
     }
 
-    /// One guard is done with the lease. The last one gives it back.
-    /// Returns `true` when this was the last holder.
-    pub(crate) fn drop_holder(&self) -> bool {
+    /// A renewal of `ttl` sent at `sent_at` succeeded.
+    fn set_validity(&self, sent_at: Instant, ttl: Duration) {
+        let valid_until = self.validity_from(sent_at, ttl);
+        let mut status = self.status_mut();
+        if status.state == State::Held {
+            status.valid_until = valid_until;
+        }
+    }
+
+    fn renewal_of(&self, ttl: Duration) -> Renewal {
+        Renewal {
+            lease_id: self.id,
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            ttl,
+        }
+    }
+
+    /// One more guard of the same owner shares the lease (a re-entry).
+    pub(crate) fn enter(&self) {
+        self.holders.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One guard is done with the lease. `true` when it was the last one,
+    /// which must then give the lease back ([`give_back`](Self::give_back)).
+    pub(crate) fn leave(&self) -> bool {
         self.holders.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
-    /// Give the lease back to the backend (the last holder is gone).
-    pub(crate) async fn release(&self) -> Result<(), LockError> {
-        self.mark_released();
+    /// Give the lease back to the backend (the last holder is gone): stop
+    /// renewing, then delete the key, or with `at_least` leave it to expire
+    /// at acquisition + `at_least`. Retried while the server asks to, until
+    /// the validity ends.
+    pub(crate) async fn give_back(&self) -> Result<(), LockError> {
+        let was_held = self.leave_held(State::Released);
+        self.issuer.watchdog.untrack(self.id);
         let keep = self
+            .settings
             .at_least
             .map(|min| (self.acquired_at + min).saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::ZERO);
+        let deadline = self.status().valid_until;
         let outcome = self
-            .client
+            .issuer
             .backend
-            .release(&self.keys, &self.token, keep)
+            .release(&self.keys, &self.token, keep, deadline)
             .await
-            .map_err(|e| e.with_key(&self.keys.name))?;
-        outcome.into_result(&self.keys)
+            .map_err(|e| e.with_key(&self.keys.key))?;
+        match outcome {
+            Owned::Yes if !was_held => Err(self.not_held()),
+            other => other.into_result(&self.keys),
+        }
     }
 
-    pub(crate) fn not_held(&self) -> LockError {
-        LockError::NotHeld {
-            key: self.keys.name.clone(),
+    /// [`give_back`](Self::give_back) in the background (from `Drop`).
+    /// Without a runtime (or on one shutting down) the lease expires by
+    /// itself.
+    pub(crate) fn give_back_in_background(self: Arc<Self>) {
+        self.issuer.watchdog.untrack(self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = self.give_back().await {
+                    tracing::debug!(%error, "leasehold: background release of a dropped guard failed");
+                }
+            });
         }
+    }
+}
+
+impl Renewable for Lease {
+    fn renewal(&self, now: Instant, audit: bool) -> Option<Renewal> {
+        if !self.is_live() {
+            return None;
+        }
+        if self.settings.renew && !self.past_max_hold(now) {
+            return Some(self.renewal_of(self.settings.ttl));
+        }
+        // Checked only: set the expiry to what it is already (at most).
+        audit.then(|| self.renewal_of(self.remaining().max(Duration::from_millis(1))))
+    }
+
+    fn period(&self) -> Option<Duration> {
+        self.settings.renew.then(|| self.renew_period())
+    }
+
+    fn is_live(&self) -> bool {
+        self.status().state == State::Held
+    }
+
+    fn check_deadline(&self, now: Instant) -> bool {
+        if now >= self.status().valid_until {
+            self.mark_lost(self.deadline_cause(now));
+            return true;
+        }
+        false
+    }
+
+    fn renewed(&self, sent_at: Instant, renewal: &Renewal) {
+        // A lease without `renew` was only checked: its deadline stays.
+        if self.settings.renew {
+            self.set_validity(sent_at, renewal.ttl);
+        }
+    }
+
+    fn refused(&self, cause: LostCause) {
+        self.mark_lost(cause);
     }
 }
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.keys.name)
+            .field("key", &self.keys.key)
             .field("fence", &self.fence)
-            .field("ttl", &self.ttl)
-            .field("renew", &self.renew)
+            .field("settings", &self.settings)
             .field("status", &self.status())
             .finish_non_exhaustive()
     }

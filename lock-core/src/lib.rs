@@ -14,9 +14,12 @@
 //! - **Validity.** A guard knows its deadline (start of the acquire request +
 //!   TTL − clock drift); past it, without renewal, [`LockGuard::is_held`] is
 //!   false and [`LockGuard::lost`] resolves.
-//! - **Reentrancy.** A task that already holds a lock (through the same
-//!   client) re-acquires it at once, with no round trip; only its last guard
-//!   releases. A spawned task is a different owner. See [`fencing_token`].
+//! - **Reentrancy.** Inside the body of [`LockRequest::run`] (and so of a
+//!   `#[distributed_lock]` function), acquiring the same lock through the
+//!   same client succeeds at once, with no round trip; only the outermost
+//!   holder releases. The record is a tokio task-local of that body: a
+//!   spawned task is a different owner, and a guard handed to another task
+//!   is never re-entered by the task that acquired it. See [`fencing_token`].
 //! - **Watchdog.** With `renew(true)`, one task per client renews all leases
 //!   in batches every TTL/3; a refused renewal marks the guard lost at once.
 //! - **Waiting without polling, in turn.** A waiter takes a place in the
@@ -29,41 +32,74 @@
 //!   successive holders of a key: one Redis counter per key, forgotten an
 //!   hour after its last acquisition and then restarted from the server's
 //!   clock in microseconds (a counter cannot outrun it), so unused lock names
-//!   leave nothing behind. Tokens keep increasing unless the server's clock
-//!   steps back by more than the time the counter was forgotten for; and they
-//!   are as durable as the server's data (a failover that loses the last
-//!   writes can repeat a recent token).
+//!   leave nothing behind, and a counter lost with the server's data
+//!   (restart without persistence, `FLUSHDB`, eviction) restarts above every
+//!   token issued before. Tokens keep increasing unless the server's clock
+//!   steps back.
+//! - **Data loss is detected.** A server whose `run_id` changed (restarted,
+//!   replaced) is noticed when the client reconnects: leases held there are
+//!   checked at once and reported lost ([`LostCause::Restarted`]) unless
+//!   their keys survived, and the client grants nothing there until its
+//!   longest lease could have run out. See
+//!   [`LockClientBuilder::restart_grace`] and
+//!   [`LockClientBuilder::allow_eviction`].
+//! - **Cancel safety.** Every future of the API may be dropped at any await
+//!   point: no lock is left that nobody will release, no place in line, no
+//!   subscription, no renewal, no re-entry record.
 //! - **Failure is explicit.** Every failure is a [`LockError`]; nothing in
 //!   the library panics on bad input or a broken server.
 //!
-//! The Redis data layout is documented in the `backend` module source: for a
-//! lock `K` and the default prefix, `leasehold:{K}:lock` (owner token, with
-//! the lease as TTL), `leasehold:{K}:fence` (the fencing counter, kept an
-//! hour past the last acquisition) and the channel `leasehold:{K}:released`.
-//! Lock keys may not contain `}`.
+//! # Data layout
+//!
+//! For a lock with key `K` under the default prefix:
+//!
+//! | Redis name | type | content |
+//! | --- | --- | --- |
+//! | `leasehold:{K}:lock` | string, with expiry | the holder's owner token (128 random bits in hex, `:`, the client's name); its TTL is the lease |
+//! | `leasehold:{K}:fence` | integer, with expiry | the fencing counter, kept an hour past the last acquisition |
+//! | `leasehold:{K}:line` | list, with expiry | the line of waiters' tokens, first come first served |
+//! | `leasehold:{K}:places` | hash, with expiry | each waiter's token → until when its place is kept |
+//! | `leasehold:{K}:released` | pub/sub channel | release announcements (`SPUBLISH` on Cluster) |
+//!
+//! Lock keys may not contain `}` (the hash tag keeps a lock's names in one
+//! cluster slot).
+//!
+//! # Code map
+//!
+//! `client` (the entry point) → `request` (the builder and the flow) →
+//! `waiting` (a waiter in line), `lease` (a held lease's lifetime),
+//! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/`,
+//! `redlock`, `memory`; `scripts/` with one `.lua` file and one typed
+//! function per operation; `connect`, `listener`, `wakeups`) → `config`,
+//! `limits`, `token`, `error` (leaves). Each module imports only modules to
+//! its right.
 #![warn(missing_docs)]
 
+// Leaves first: each module imports only modules listed above it.
 mod backend;
 mod client;
+mod config;
 mod error;
 mod fallback;
 mod global;
 mod guard;
 mod lease;
+mod limits;
 mod reentrancy;
 mod request;
-mod scripts;
 mod token;
 mod waiting;
 mod watchdog;
 
-pub use client::{DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder};
+pub use client::{LockClient, LockClientBuilder};
+pub use config::DEFAULT_PREFIX;
 pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
 pub use global::set_global_client;
 pub use guard::LockGuard;
+pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrancy::fencing_token;
-pub use request::{LockRequest, MAX_WAIT};
+pub use request::LockRequest;
 
 /// Items used by the code `#[distributed_lock]` generates. Not public API.
 #[doc(hidden)]

@@ -1,90 +1,79 @@
-//! Reentrancy: a task that already holds a lock (through the same client)
-//! gets it again at once, with no round trip, and only the last of its
-//! guards gives it back.
+//! Reentrancy: inside the body of [`LockRequest::run`](crate::LockRequest::run)
+//! (and so of a `#[distributed_lock]` function), acquiring a lock that the
+//! body already holds through the same client succeeds at once, with no
+//! round trip, and only the outermost holder gives it back.
 //!
-//! The owner is the current tokio task, identified by its [`tokio::task::Id`]
-//! (or, for the future a runtime's `block_on` drives directly, such as the
-//! body of `#[tokio::main]` or `#[tokio::test]`, by the thread running it).
-//! A task spawned by a holder is a different owner and waits like anyone
-//! else.
-//!
-//! Why not a `tokio::task_local!`? A task-local exists only inside an explicit
-//! `.scope(..)`, so a lock taken at the top of an ordinary task would not be
-//! seen by a nested acquisition in the same task. Keying by task id gives
-//! per-task state that works in every task, with no scope to set up; it is a
-//! task-local in every sense that matters here.
+//! The record lives in a tokio task-local set by `run` around its body: it
+//! belongs to that body alone. A task spawned from it is another owner (it
+//! does not inherit the task-local), and a guard from
+//! [`acquire`](crate::LockRequest::acquire) is never re-entered, because it
+//! can be handed to another task: once it is, its lock is no longer the
+//! acquiring task's, and that task's next acquisition of the key waits like
+//! anyone else's. (Keying re-entry by task id would let a dispatcher that
+//! handed its guard to a worker take the same lock again at once.)
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::{Arc, Weak};
 
 use crate::lease::Lease;
 
-/// Who holds a lease, for reentrancy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Owner {
-    Task(tokio::task::Id),
-    Thread(std::thread::ThreadId),
+tokio::task_local! {
+    /// The leases held by the enclosing `run` bodies of this task, innermost last.
+    static HELD: RefCell<Vec<Weak<Lease>>>;
 }
 
-impl Owner {
-    pub(crate) fn current() -> Owner {
-        match tokio::task::try_id() {
-            Some(id) => Owner::Task(id),
-            None => Owner::Thread(std::thread::current().id()),
-        }
+/// The lease the current `run` scope holds on `key` through client
+/// `client_id`, if still held (a lost lease is not re-entered).
+pub(crate) fn find(client_id: u64, key: &str) -> Option<Arc<Lease>> {
+    HELD.try_with(|held| {
+        held.borrow()
+            .iter()
+            .rev()
+            .filter_map(Weak::upgrade)
+            .find(|lease| {
+                lease.client_id() == client_id && lease.keys.key == key && lease.is_held()
+            })
+    })
+    .ok()
+    .flatten()
+}
+
+/// Run `body` with `lease` recorded as held by it: nested acquisitions of
+/// the same lock in `body` re-enter. The record is removed when `body`
+/// ends or is dropped.
+pub(crate) async fn holding<F: Future>(lease: &Arc<Lease>, body: F) -> F::Output {
+    let entry = Arc::downgrade(lease);
+    let nested = HELD
+        .try_with(|held| held.borrow_mut().push(entry.clone()))
+        .is_ok();
+    if nested {
+        let _record = Record(entry);
+        body.await
+    } else {
+        HELD.scope(RefCell::new(vec![entry]), body).await
     }
 }
 
-/// One guard of one owner, innermost last.
-struct Entry {
-    guard_id: u64,
-    lease: Weak<Lease>,
-}
+/// Removes one entry from the enclosing scope when dropped.
+struct Record(Weak<Lease>);
 
-static HELD: LazyLock<Mutex<HashMap<Owner, Vec<Entry>>>> = LazyLock::new(Default::default);
-
-fn held() -> MutexGuard<'static, HashMap<Owner, Vec<Entry>>> {
-    // Each update is a single push/retain: a panic cannot leave it half-done.
-    HELD.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The lease `owner` holds on the lock named `name` through client
-/// `client_id`, if it is still held (a lost lease is not re-entered: the next
-/// acquisition takes a fresh one).
-pub(crate) fn find(owner: Owner, client_id: u64, name: &str) -> Option<Arc<Lease>> {
-    let held = held();
-    held.get(&owner)?
-        .iter()
-        .rev()
-        .filter_map(|entry| entry.lease.upgrade())
-        .find(|lease| lease.client.id == client_id && lease.keys.name == name && lease.is_held())
-}
-
-/// Record a new guard (outermost or re-entry) of `lease` for its owner.
-pub(crate) fn push(guard_id: u64, lease: &Arc<Lease>) {
-    held().entry(lease.owner).or_default().push(Entry {
-        guard_id,
-        lease: Arc::downgrade(lease),
-    });
-}
-
-/// Forget a guard (released or dropped).
-pub(crate) fn remove(owner: Owner, guard_id: u64) {
-    let mut held = held();
-    if let Some(entries) = held.get_mut(&owner) {
-        entries.retain(|e| e.guard_id != guard_id && e.lease.strong_count() > 0);
-        if entries.is_empty() {
-            held.remove(&owner);
-        }
+impl Drop for Record {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|e| Weak::ptr_eq(e, &self.0)) {
+                held.remove(at);
+            }
+        });
     }
 }
 
-/// The fencing token of the innermost lock the current task holds.
-///
-/// Inside a function annotated with `#[distributed_lock]` (or the body of
-/// [`LockRequest::run`](crate::LockRequest::run)), this is the token of that
-/// lock, to pass along to a storage layer that rejects stale writers.
-/// `None` when the current task holds no lock (or only lost ones).
+/// The fencing token of the innermost lock held by the current task's
+/// enclosing [`run`](crate::LockRequest::run) body (or `#[distributed_lock]`
+/// function): pass it to a storage layer that rejects stale writers.
+/// `None` outside such a body, or when its lease is lost. (A guard from
+/// `acquire` carries its own: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).)
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -99,11 +88,14 @@ pub(crate) fn remove(owner: Owner, guard_id: u64) {
 /// # Ok(()) }
 /// ```
 pub fn fencing_token() -> Option<u64> {
-    let held = held();
-    held.get(&Owner::current())?
-        .iter()
-        .rev()
-        .filter_map(|entry| entry.lease.upgrade())
-        .find(|lease| lease.is_held())
-        .map(|lease| lease.fence)
+    HELD.try_with(|held| {
+        held.borrow()
+            .iter()
+            .rev()
+            .filter_map(Weak::upgrade)
+            .find(|lease| lease.is_held())
+            .map(|lease| lease.fence)
+    })
+    .ok()
+    .flatten()
 }

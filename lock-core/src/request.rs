@@ -1,5 +1,7 @@
-//! [`LockRequest`]: how to take one lock (TTL, renewal, waiting, minimum hold)
-//! and the acquisition loop behind `acquire`, `try_acquire` and `run`.
+//! [`LockRequest`]: how to take one lock (TTL, renewal, waiting, minimum
+//! and maximum hold), and the flow behind `acquire`, `try_acquire` and `run`:
+//! validate, re-enter or attempt, wait (see [`crate::waiting`]), start the
+//! lease (see [`crate::lease`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,28 +9,27 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquired, LockKeys};
-use crate::client::ClientInner;
+use crate::backend::{Acquired, Backend, LockKeys};
+use crate::config::ClientConfig;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lease::Lease;
-use crate::reentrancy::{self, Owner};
-
-/// The longest lease accepted: beyond this a "lease" is a permanent lock in
-/// disguise, and a crashed holder would block everyone for too long.
-pub(crate) const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The longest wait: longer ones are capped to it (so that deadlines stay
-/// representable).
-pub const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// The longest key accepted, in bytes.
-pub(crate) const MAX_KEY_LEN: usize = 4096;
+use crate::lease::{Issuer, Lease, LeaseSettings};
+use crate::limits::{MAX_WAIT, validate_key, validate_span, validate_ttl};
+use crate::reentrancy;
+use crate::waiting::Waiter;
+use crate::watchdog::Watchdog;
 
 /// The first pause after a failed attempt (Redis unreachable) while the
-/// `wait` budget lasts; doubled up to [`MAX_RETRY_DELAY`].
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(20);
-const MAX_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// `wait` budget lasts; doubled up to [`MAX_ATTEMPT_RETRY_DELAY`].
+const FIRST_ATTEMPT_RETRY_DELAY: Duration = Duration::from_millis(20);
+const MAX_ATTEMPT_RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// What a request needs from its client: settings, backend, watchdog.
+pub(crate) struct Shared {
+    pub(crate) config: ClientConfig,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) watchdog: Arc<Watchdog>,
+}
 
 /// A lock to take: built by [`LockClient::lock`](crate::LockClient::lock),
 /// configured with the builder methods, consumed by [`acquire`](Self::acquire),
@@ -53,7 +54,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_millis(500);
 #[must_use = "a LockRequest does nothing until acquired"]
 #[derive(Clone)]
 pub struct LockRequest {
-    client: Arc<ClientInner>,
+    client: Arc<Shared>,
     key: String,
     ttl: Duration,
     renew: bool,
@@ -77,51 +78,10 @@ impl std::fmt::Debug for LockRequest {
     }
 }
 
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
-    if ttl < Duration::from_millis(1) {
-        return Err(LockError::invalid(
-            "ttl",
-            format!("a lease must last at least 1 ms (got {ttl:?})"),
-        ));
-    }
-    if ttl > MAX_TTL {
-        return Err(LockError::invalid(
-            "ttl",
-            format!("a lease may last at most 365 days (got {ttl:?})"),
-        ));
-    }
-    Ok(())
-}
-
-fn validate_key(key: &str) -> Result<(), LockError> {
-    if key.is_empty() {
-        return Err(LockError::invalid("key", "the lock key is empty"));
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(LockError::invalid(
-            "key",
-            format!(
-                "the lock key is {} bytes long, the limit is {MAX_KEY_LEN}",
-                key.len()
-            ),
-        ));
-    }
-    if key.contains('}') {
-        return Err(LockError::invalid(
-            "key",
-            format!(
-                "the lock key `{key}` contains `}}`: braces delimit the Redis Cluster hash tag \
-                 that keeps a lock's keys together"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 impl LockRequest {
-    pub(crate) fn new(client: Arc<ClientInner>, key: String) -> LockRequest {
-        let ttl = client.default_ttl;
-        let replicas = client.replica_sync.replicas;
+    pub(crate) fn new(client: Arc<Shared>, key: String) -> LockRequest {
+        let ttl = client.config.default_ttl;
+        let replicas = client.config.replica_sync.replicas;
         LockRequest {
             client,
             key,
@@ -186,53 +146,69 @@ impl LockRequest {
 
     /// Take the lock: `Err(LockError::Busy)` if it is still taken after
     /// [`wait`](Self::wait).
+    ///
+    /// Inside the body of [`run`](Self::run) (or a `#[distributed_lock]`
+    /// function) that holds the same lock through the same client, this
+    /// re-enters at once, with no round trip.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped at any await point, it leaves no lock that
+    /// nobody will release, no place in the line of waiters, no
+    /// subscription, no renewal and no re-entry record. Cleanup (one script
+    /// call) starts at once in the background.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         validate_key(&self.key)?;
         validate_ttl(self.ttl)?;
-        if self.at_least.is_some_and(|min| min > MAX_TTL) {
-            return Err(LockError::invalid(
-                "at_least",
-                format!(
-                    "at most 365 days (got {:?})",
-                    self.at_least.unwrap_or_default()
-                ),
-            ));
+        if let Some(min) = self.at_least {
+            validate_span("at_least", min)?;
         }
-        let owner = Owner::current();
+        if let Some(max) = self.max_hold {
+            validate_span("max_hold", max)?;
+        }
 
-        // Re-entry: the same task already holds it through this client.
-        if let Some(lease) = reentrancy::find(owner, self.client.id, &self.key) {
-            lease
-                .holders
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // Re-entry: an enclosing `run` body of this task holds it.
+        if let Some(lease) = reentrancy::find(self.client.config.id, &self.key) {
+            lease.enter();
             return Ok(LockGuard::new(lease));
         }
 
-        let token: Arc<str> = crate::token::owner_token()?.into();
-        let keys = Arc::new(LockKeys::new(&self.client.prefix, &self.key));
-        let (fence, acquired_at) = self.acquire_loop(&keys, &token).await?;
+        let token: Arc<str> = crate::token::owner_token(&self.client.config.name)?.into();
+        let keys = Arc::new(LockKeys::new(&self.client.config.prefix, &self.key));
+        let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
+        let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;
         }
-        let lease = Arc::new(Lease::new(
-            self.client.clone(),
-            keys,
-            token,
+        let issuer = Issuer {
+            client_id: self.client.config.id,
+            backend: self.client.backend.clone(),
+            watchdog: self.client.watchdog.clone(),
+        };
+        let settings = LeaseSettings {
+            ttl: self.ttl,
+            renew: self.renew,
+            at_least: self.at_least,
+            max_hold: self.max_hold,
+        };
+        let lease = Lease::start(
+            issuer,
+            keys.clone(),
+            token.clone(),
             fence,
-            owner,
-            self.ttl,
-            self.renew,
+            settings,
             acquired_at,
-            self.at_least,
-        ));
-        if self.renew {
-            self.client.watchdog.track(&self.client, &lease);
-        }
+        );
+        waiter.done();
         Ok(LockGuard::new(lease))
     }
 
     /// One attempt (the `wait` setting is ignored): `Ok(None)` when the lock
     /// is busy, an error only when something is wrong.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`acquire`](Self::acquire).
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(guard) => Ok(Some(guard)),
@@ -243,11 +219,16 @@ impl LockRequest {
 
     /// Acquire, run `body` while holding the lock, release.
     ///
-    /// If the lease is lost while `body` runs (a renewal refused, or the
-    /// validity passed without [`renew`](Self::renew)), `body` is dropped at
-    /// its next await point and `Err(LockError::Lost)` is returned. A failure
-    /// to release after `body` completed is logged, not returned: the work is
-    /// done and the lease expires on its own.
+    /// If the lease is lost while `body` runs (a renewal refused, its server
+    /// restarted, the validity passed without [`renew`](Self::renew), or
+    /// [`max_hold`](Self::max_hold) reached), `body` is dropped at its next
+    /// await point and `Err(LockError::Lost)` is returned with the cause. A
+    /// failure to release after `body` completed is logged, not returned:
+    /// the work is done and the lease expires on its own.
+    ///
+    /// Inside `body`, acquiring the same lock through the same client
+    /// re-enters (no round trip), and [`fencing_token`](crate::fencing_token)
+    /// returns this lock's token.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -257,13 +238,23 @@ impl LockRequest {
     /// assert_eq!(total, 42);
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped while acquiring, see [`acquire`](Self::acquire);
+    /// dropped while `body` runs, `body` is dropped and the lock released
+    /// in the background at once.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let guard = self.acquire().await?;
-        let output = tokio::select! {
-            biased;
-            () = guard.lost() => None,
-            output = body => Some(output),
-        };
+        let lease = guard.lease().clone();
+        let output = reentrancy::holding(&lease, async {
+            tokio::select! {
+                biased;
+                _ = lease.lost() => None,
+                output = body => Some(output),
+            }
+        })
+        .await;
         match output {
             Some(output) => {
                 if let Err(error) = guard.release().await {
@@ -271,59 +262,43 @@ impl LockRequest {
                 }
                 Ok(output)
             }
-            None => Err(LockError::Lost {
-                key: guard.key().to_owned(),
-                cause: crate::error::LostCause::Expired,
-            }),
+            None => {
+                let error = lease.lost_error();
+                tracing::warn!(%error, "leasehold: lease lost while the body ran; the body was stopped");
+                Err(error)
+            }
         }
     }
 
     /// Attempt, and while the `wait` budget lasts, sleep until a release or
     /// the holder's expiry, then attempt again. Returns the fence and the
     /// instant the winning attempt was sent.
-    async fn acquire_loop(
+    async fn attempt_until_acquired(
         &self,
-        keys: &LockKeys,
-        token: &str,
+        waiter: &mut Waiter<'_>,
     ) -> Result<(u64, Instant), LockError> {
-        let backend = &*self.client.backend;
         let deadline = Instant::now() + self.wait;
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
-        let mut watching = None::<Watching<'_>>;
-        let mut retry_delay = FIRST_RETRY_DELAY;
+        let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
         loop {
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
-            let wake = watching.as_ref().map(|w| w.notify.clone());
-            let notified = wake.as_ref().map(|n| n.notified());
-            let mut notified = std::pin::pin!(notified);
-            if let Some(n) = notified.as_mut().as_pin_mut() {
-                n.enable();
-            }
-
+            let armed = waiter.arm();
             let sent_at = Instant::now();
-            let sleep_for = match backend.acquire(keys, token, self.ttl, in_line).await {
-                Ok(Acquired::Yes { fence }) => {
-                    if let Some(w) = watching.as_mut() {
-                        w.acquired = true;
-                    }
-                    return Ok((fence, sent_at));
-                }
+            let sleep_for = match waiter.attempt(self.ttl, in_line).await {
+                Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),
                 Ok(Acquired::Busy { expires_in }) => {
-                    retry_delay = FIRST_RETRY_DELAY;
+                    retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
                     if Instant::now() >= deadline {
-                        if in_line && watching.is_none() {
-                            leave_in_background(&self.client, keys, token);
-                        }
                         return Err(LockError::Busy {
-                            key: keys.name.clone(),
+                            key: self.key.clone(),
                         });
                     }
-                    if watching.is_none() {
+                    if !waiter.is_listening() {
                         // First time busy: listen for its release, then look
                         // again at once (it may have been released meanwhile).
-                        watching = Some(Watching::start(&self.client, keys, token).await);
+                        waiter.listen().await;
                         continue;
                     }
                     // `None`: a key without expiry, only a release ends it.
@@ -331,128 +306,35 @@ impl LockRequest {
                 }
                 Err(error) => {
                     if Instant::now() + retry_delay >= deadline {
-                        self.forget_attempt(keys, token);
-                        if in_line && watching.is_none() {
-                            leave_in_background(&self.client, keys, token);
-                        }
-                        return Err(error.with_key(&keys.name));
+                        return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;
-                    retry_delay = (retry_delay * 2).min(MAX_RETRY_DELAY);
+                    retry_delay = (retry_delay * 2).min(MAX_ATTEMPT_RETRY_DELAY);
                     tokio::time::sleep(delay).await;
                     continue;
                 }
             };
-            let until = (Instant::now() + sleep_for).min(deadline);
-            match notified.as_pin_mut() {
-                Some(notified) => {
-                    tokio::select! {
-                        () = notified => {}
-                        () = tokio::time::sleep_until(until) => {}
-                    }
-                }
-                None => tokio::time::sleep_until(until).await,
-            }
+            Waiter::sleep(armed, (Instant::now() + sleep_for).min(deadline)).await;
         }
     }
 
     /// Fail closed unless enough replicas acknowledged the acquisition.
     async fn sync_replicas(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
         let backend = &self.client.backend;
-        let timeout = self.client.replica_sync.timeout;
+        let timeout = self.client.config.replica_sync.timeout;
         let synced = backend.sync_replicas(keys, self.replicas, timeout).await;
         if matches!(synced, Ok(acked) if acked >= self.replicas) {
             return Ok(());
         }
-        if let Err(error) = backend.release(keys, token, Duration::ZERO).await {
-            tracing::warn!(%error, key = %keys.name, "leasehold: could not release an unreplicated lock; it expires with its lease");
-        }
+        // Removed before returning, so that nothing is left locked.
+        backend.abandon(keys, token).await;
         Err(match synced {
             Ok(acked) => LockError::ReplicaSync {
-                key: keys.name.clone(),
+                key: keys.key.clone(),
                 acked,
                 needed: self.replicas,
             },
-            Err(error) => error.with_key(&keys.name),
+            Err(error) => error.with_key(&keys.key),
         })
-    }
-
-    /// After a failed attempt whose reply may have been lost, make sure no
-    /// lock is left under our token (best effort, in the background).
-    fn forget_attempt(&self, keys: &LockKeys, token: &str) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        let keys = keys.clone();
-        let token = token.to_owned();
-        runtime.spawn(async move {
-            let _ = client.backend.release(&keys, &token, Duration::ZERO).await;
-        });
-    }
-}
-
-/// Give up `token`'s place in the line of `keys` without waiting for it
-/// (from `Drop`, and when a wait ends without the lock).
-fn leave_in_background(client: &Arc<ClientInner>, keys: &LockKeys, token: &str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // No runtime: the place lapses by itself.
-        return;
-    };
-    let (client, keys, token) = (client.clone(), keys.clone(), token.to_owned());
-    runtime.spawn(async move { client.backend.leave(&keys, &token).await });
-}
-
-/// A waiter registered for release announcements of one lock; on drop it
-/// leaves the local list and, without the lock, its place in the line.
-struct Watching<'a> {
-    client: &'a Arc<ClientInner>,
-    keys: &'a LockKeys,
-    token: &'a str,
-    notify: Arc<tokio::sync::Notify>,
-    subscribed: bool,
-    acquired: bool,
-}
-
-impl<'a> Watching<'a> {
-    async fn start(
-        client: &'a Arc<ClientInner>,
-        keys: &'a LockKeys,
-        token: &'a str,
-    ) -> Watching<'a> {
-        let backend = &client.backend;
-        let notify = backend.waiters().join(&keys.channel, token);
-        // Without a subscription the waiter still wakes when the holder's
-        // lease runs out, and on releases made through this client.
-        let subscribed = match backend.watch(keys).await {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::debug!(%error, key = %keys.name, "leasehold: no release notifications, waking at expiry");
-                false
-            }
-        };
-        Watching {
-            client,
-            keys,
-            token,
-            notify,
-            subscribed,
-            acquired: false,
-        }
-    }
-}
-
-impl Drop for Watching<'_> {
-    fn drop(&mut self) {
-        let backend = &self.client.backend;
-        backend
-            .waiters()
-            .leave(&self.keys.channel, self.token, !self.acquired);
-        if !self.acquired {
-            leave_in_background(self.client, self.keys, self.token);
-        }
-        if self.subscribed {
-            backend.unwatch(self.keys);
-        }
     }
 }

@@ -1,10 +1,12 @@
 //! Owner tokens: 128 bits from the operating system's CSPRNG, as 32 hex
-//! characters. Unguessable, so no other process can release or extend a lease
-//! it does not own, even by accident.
+//! characters, then `:` and the client's name. Unguessable, so no other
+//! process can release or extend a lease it does not own, even by accident;
+//! and the name tells operators who holds a lock at no extra command.
 
 use crate::error::LockError;
 
-pub(crate) fn owner_token() -> Result<String, LockError> {
+/// A fresh owner token for a client named `name`.
+pub(crate) fn owner_token(name: &str) -> Result<String, LockError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| {
         LockError::backend(
@@ -12,7 +14,10 @@ pub(crate) fn owner_token() -> Result<String, LockError> {
             format!("the operating system's random generator failed: {e}"),
         )
     })?;
-    Ok(hex(&bytes))
+    let mut token = hex(&bytes);
+    token.push(':');
+    token.push_str(name);
+    Ok(token)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -31,10 +36,11 @@ mod tests {
 
     #[test]
     fn tokens_are_128_bit_hex_and_distinct() -> Result<(), LockError> {
-        let a = owner_token()?;
-        let b = owner_token()?;
-        assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        let a = owner_token("w")?;
+        let b = owner_token("w")?;
+        assert_eq!(a.len(), 34);
+        assert!(a[..32].bytes().all(|c| c.is_ascii_hexdigit()));
+        assert!(a.ends_with(":w"));
         assert_ne!(a, b);
         assert_eq!(hex(&[0x00, 0xff, 0x1a]), "00ff1a");
         Ok(())

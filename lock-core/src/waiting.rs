@@ -1,10 +1,13 @@
-//! Waiting for a busy lock without polling, in turn.
+//! Waiting for a busy lock without polling, in turn, and leaving no trace
+//! when the wait ends or is cancelled.
 //!
-//! A waiter that finds the lock taken gets a place in the lock's line, kept
-//! in Redis next to the lock (first come, first served, across every client
-//! and instance), and joins its client's local [`WaitList`] (keyed by the
-//! lock's release channel). It then alternates between one acquisition
-//! attempt and a sleep that ends at whichever comes first:
+//! A [`Waiter`] is one acquisition in progress. Each attempt that finds the
+//! lock taken keeps its place in the lock's line, kept in Redis next to the
+//! lock (first come, first served, across every client and instance). After
+//! the first busy reply the waiter joins its client's local
+//! [`Wakeups`](crate::backend::wakeups::Wakeups) and listens for the lock's
+//! release announcements; it then alternates between one attempt and a sleep
+//! that ends at whichever comes first:
 //!
 //! - its turn: a release names the first in line (`next:<token>`), and only
 //!   that waiter is woken, in whichever client it lives; when nobody waits in
@@ -16,225 +19,136 @@
 //! - the end of the caller's `wait` budget.
 //!
 //! The wake-up is armed *before* each attempt, so a release that lands between
-//! the attempt and the sleep is never missed. A waiter that leaves without the
-//! lock gives up its place, and the next one in line is told if the lock is
-//! free. (The in-memory backend and Redlock have no line in the store: there
-//! a release wakes the first local waiter.)
+//! the attempt and the sleep is never missed.
+//!
+//! Dropped without the lock (its wait ran out, it failed, or the caller's
+//! future was dropped at any await point), a waiter leaves no trace: it
+//! leaves the local register and stops listening at once, and removes its
+//! place in line, and the lock if an attempt whose reply never came got it,
+//! in the background right away (one script call; the next in line is told
+//! if the lock is free). (The in-memory backend and Redlock keep no line in
+//! the store: there a release wakes the first local waiter.)
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
+use tokio::time::Instant;
 
-/// Local wake-ups for waiters, keyed by a lock's release channel.
-#[derive(Debug, Default)]
-pub(crate) struct WaitList {
-    slots: Mutex<HashMap<String, Slot>>,
+use crate::backend::{Acquired, Backend, LockKeys, abandon_in_background};
+use crate::error::LockError;
+
+/// One acquisition in progress.
+pub(crate) struct Waiter<'a> {
+    backend: &'a Arc<dyn Backend>,
+    keys: &'a LockKeys,
+    token: &'a str,
+    /// Redis may hold a trace of this acquisition: a place in line, or a
+    /// lock from an attempt whose reply never came.
+    traces: bool,
+    /// Registered in the client's local wake-ups.
+    wakeup: Option<Arc<Notify>>,
+    /// A subscription was requested (matched by `unlisten` on drop).
+    listening: bool,
+    /// The lock is ours and handed to a lease: nothing to clean up.
+    done: bool,
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    /// This client's waiters, in the order they came: owner token and wake-up.
-    line: VecDeque<(String, Arc<Notify>)>,
-    /// The last announcement handled, so that the same release arriving
-    /// twice (directly, then by pub/sub) wakes nobody the second time.
-    announced: Option<Seen>,
-}
-
-impl Slot {
-    fn wake_first(&self) {
-        if let Some((_, notify)) = self.line.front() {
-            notify.notify_one();
-        }
-    }
-}
-
-impl WaitList {
-    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
-        // A panic while holding this lock cannot leave the map inconsistent
-        // (every update is a single insert/remove/field write).
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Register the waiter `token` on `channel`; returns its wake-up.
-    pub(crate) fn join(&self, channel: &str, token: &str) -> Arc<Notify> {
-        let notify = Arc::new(Notify::new());
-        self.slots()
-            .entry(channel.to_owned())
-            .or_default()
-            .line
-            .push_back((token.to_owned(), notify.clone()));
-        notify
-    }
-
-    /// Unregister the waiter `token`. One that leaves without the lock
-    /// (`handed_on`) passes its turn to the next local waiter, which then
-    /// looks for itself.
-    pub(crate) fn leave(&self, channel: &str, token: &str, handed_on: bool) {
-        let mut slots = self.slots();
-        let Some(slot) = slots.get_mut(channel) else {
-            return;
-        };
-        slot.line.retain(|(t, _)| t != token);
-        if slot.line.is_empty() {
-            slots.remove(channel);
-        } else if handed_on {
-            slot.wake_first();
+impl<'a> Waiter<'a> {
+    pub(crate) fn new(backend: &'a Arc<dyn Backend>, keys: &'a LockKeys, token: &'a str) -> Self {
+        Waiter {
+            backend,
+            keys,
+            token,
+            traces: false,
+            wakeup: None,
+            listening: false,
+            done: false,
         }
     }
 
-    /// Whether some waiter of this client is waiting on `channel`.
-    #[cfg(test)]
-    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.slots().contains_key(channel)
-    }
-
-    /// A release of `channel`: wake the waiter it names if it is ours, else
-    /// our first waiter. The same announcement twice (directly, then by
-    /// pub/sub) wakes nobody the second time. Costs nothing but a lookup
-    /// when this client has no waiter on `channel`.
-    pub(crate) fn announce(&self, channel: &str, announcement: Announcement<'_>) {
-        let mut slots = self.slots();
-        let Some(slot) = slots.get_mut(channel) else {
-            return;
-        };
-        if slot
-            .announced
-            .as_ref()
-            .is_some_and(|seen| seen.is(announcement))
+    /// One attempt; with `in_line`, a busy reply keeps our place in line.
+    pub(crate) async fn attempt(
+        &mut self,
+        ttl: Duration,
+        in_line: bool,
+    ) -> Result<Acquired, LockError> {
+        // Set before sending: dropped before the reply, the attempt may
+        // have taken the lock or a place.
+        self.traces = true;
+        let reply = self
+            .backend
+            .acquire(self.keys, self.token, ttl, in_line)
+            .await;
+        if matches!(reply, Ok(Acquired::Busy { .. }))
+            && !in_line
+            && !self.backend.busy_leaves_traces()
         {
-            return;
+            // A one-try busy reply leaves nothing behind.
+            self.traces = false;
         }
-        slot.announced = Some(Seen::from(announcement));
-        let named = match announcement {
-            Announcement::Next(next) => slot.line.iter().find(|(t, _)| t == next),
-            Announcement::Free(_) => None,
-        };
-        match named {
-            Some((_, notify)) => notify.notify_one(),
-            // Free for anyone, or another client's waiter is next: our first
-            // waiter looks once, and so learns when to look again (if that
-            // waiter died, when its place lapses).
-            None => slot.wake_first(),
+        reply
+    }
+
+    /// Whether this waiter already hears releases.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.wakeup.is_some()
+    }
+
+    /// Join the local wake-ups and listen for the lock's releases. Without
+    /// a subscription the waiter still wakes when the holder's lease runs
+    /// out, and on releases made through this client.
+    pub(crate) async fn listen(&mut self) {
+        self.wakeup = Some(self.backend.wakeups().join(&self.keys.channel, self.token));
+        // Before the await: dropped while subscribing, the subscription
+        // (if it happens) is undone by `drop`.
+        self.listening = true;
+        if let Err(error) = self.backend.listen(self.keys).await {
+            tracing::debug!(%error, key = %self.keys.key, "leasehold: no release announcements, waking at expiry");
         }
     }
 
-    /// Wake the first waiter of `channel`: a release may have gone unheard.
-    pub(crate) fn wake_first(&self, channel: &str) {
-        if let Some(slot) = self.slots().get(channel) {
-            slot.wake_first();
-        }
+    /// The wake-up for the next sleep, armed now (before the attempt).
+    pub(crate) fn arm(&self) -> Option<Pin<Box<OwnedNotified>>> {
+        let mut notified = Box::pin(self.wakeup.clone()?.notified_owned());
+        notified.as_mut().enable();
+        Some(notified)
     }
 
-    /// Wake every waiter (after a reconnection, when messages may have been missed).
-    pub(crate) fn notify_all(&self) {
-        let all: Vec<Arc<Notify>> = self
-            .slots()
-            .values()
-            .flat_map(|slot| slot.line.iter().map(|(_, n)| n.clone()))
-            .collect();
-        for notify in all {
-            notify.notify_one();
-        }
-    }
-}
-
-/// What a release says, as published by `release.lua` and `leave.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Announcement<'a> {
-    /// `next:<token>`: this waiter is first in line for the free lock.
-    Next(&'a str),
-    /// `free:<token>`: released by `token`, nobody waits in line.
-    Free(&'a str),
-}
-
-impl<'a> Announcement<'a> {
-    /// Parse a published message; anything unexpected counts as "free".
-    pub(crate) fn parse(message: &'a str) -> Announcement<'a> {
-        match message.strip_prefix("next:") {
-            Some(token) => Announcement::Next(token),
-            None => Announcement::Free(message.strip_prefix("free:").unwrap_or(message)),
-        }
-    }
-}
-
-/// The last announcement a slot handled.
-#[derive(Debug)]
-enum Seen {
-    Next(String),
-    Free(String),
-}
-
-impl From<Announcement<'_>> for Seen {
-    fn from(announcement: Announcement<'_>) -> Seen {
-        match announcement {
-            Announcement::Next(t) => Seen::Next(t.to_owned()),
-            Announcement::Free(t) => Seen::Free(t.to_owned()),
-        }
-    }
-}
-
-impl Seen {
-    fn is(&self, announcement: Announcement<'_>) -> bool {
-        match (self, announcement) {
-            (Seen::Next(a), Announcement::Next(b)) | (Seen::Free(a), Announcement::Free(b)) => {
-                a == b
+    /// Sleep until woken by `armed`, or `until`.
+    pub(crate) async fn sleep(armed: Option<Pin<Box<OwnedNotified>>>, until: Instant) {
+        match armed {
+            Some(notified) => {
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
             }
-            _ => false,
+            None => tokio::time::sleep_until(until).await,
         }
+    }
+
+    /// The lock is ours and held by a lease: leave quietly.
+    pub(crate) fn done(mut self) {
+        self.done = true;
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ready<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        fut.poll(&mut cx).is_ready()
-    }
-
-    #[tokio::test]
-    async fn announcements_wake_the_named_or_the_first_waiter_once() {
-        let list = WaitList::default();
-        let first = list.join("a", "t1");
-        let second = list.join("a", "t2");
-        let other = list.join("b", "t3");
-
-        let wait_first = first.notified();
-        tokio::pin!(wait_first);
-        let wait_second = second.notified();
-        tokio::pin!(wait_second);
-        let wait_other = other.notified();
-        tokio::pin!(wait_other);
-
-        // The store says t2 is next: only t2 wakes, and only once.
-        list.announce("a", Announcement::parse("next:t2"));
-        list.announce("a", Announcement::Next("t2"));
-        assert!(ready(wait_second.as_mut()));
-        assert!(!ready(wait_first.as_mut()));
-        assert!(!ready(wait_other.as_mut()));
-
-        // Nobody in line in the store: the first local waiter wakes.
-        list.announce("a", Announcement::parse("free:x"));
-        assert!(ready(wait_first.as_mut()));
-
-        // Another client's waiter is next: our first waiter looks once.
-        let look = first.notified();
-        tokio::pin!(look);
-        list.announce("b", Announcement::Next("elsewhere"));
-        assert!(ready(wait_other.as_mut()));
-        assert!(!ready(look.as_mut()));
-
-        // t1 leaves without the lock: t2 gets a turn.
-        let again = second.notified();
-        tokio::pin!(again);
-        list.leave("a", "t1", true);
-        assert!(ready(again.as_mut()));
-        assert!(list.has_waiters("a"));
-        list.leave("a", "t2", false);
-        assert!(!list.has_waiters("a"));
-        list.leave("b", "t3", false);
-        assert!(list.slots().is_empty());
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if self.wakeup.is_some() {
+            // One that leaves without the lock passes its local turn on.
+            self.backend
+                .wakeups()
+                .leave(&self.keys.channel, self.token, !self.done);
+        }
+        if self.listening {
+            self.backend.unlisten(self.keys);
+        }
+        if self.traces && !self.done {
+            abandon_in_background(self.backend, self.keys, self.token);
+        }
     }
 }

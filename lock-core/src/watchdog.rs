@@ -1,30 +1,52 @@
 //! The watchdog: one renewer task per client keeps every lease taken with
-//! `renew(true)` alive, renewing each every `ttl / 3`.
+//! `renew(true)` alive, renewing each every `ttl / 3`, and checks every held
+//! lease at once when the backend reports that a server lost data.
 //!
 //! Leases that fall due close together are renewed together, in one script
-//! call per batch (see [`Backend::renew`](crate::backend::Backend::renew)),
-//! so 10,000 leases cost a handful of calls per period rather than 10,000
-//! timers and round trips. A refused renewal marks that lease lost at once; a
-//! failed call (Redis unreachable, timeout) is retried until the lease's
-//! validity runs out, and the lease is lost then. The task ends when no lease
-//! needs it and is started again by the next one.
+//! call per batch (see [`Backend::renew`]), so 10,000 leases cost a handful
+//! of calls per period rather than 10,000 timers and round trips. A refused
+//! renewal marks that lease lost at once; a failed call (Redis unreachable,
+//! timeout) is retried until the lease's validity runs out, and the lease is
+//! lost then. The task ends when no lease needs it (or its runtime shuts
+//! down) and is started again by the next one.
+//!
+//! The watchdog knows leases only through [`Renewable`], so it depends on
+//! the backend alone, and the lease on it, not the other way round.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Owned, Renewal};
-use crate::client::ClientInner;
-use crate::lease::{Lease, State};
+use crate::backend::{Backend, Owned, Renewal, ServerChange};
+use crate::error::LostCause;
 
 /// The longest pause between retries after a failed renewal call.
-const MAX_RETRY_DELAY: Duration = Duration::from_millis(250);
+const MAX_RENEWAL_RETRY_DELAY: Duration = Duration::from_millis(250);
 
-#[derive(Default)]
+/// A lease as the watchdog sees it.
+pub(crate) trait Renewable: Send + Sync {
+    /// The renewal to send now, or `None` if the lease is not to be renewed
+    /// (released, lost, or past its `max_hold`). With `audit`, a lease that
+    /// is not renewed periodically is checked too, without lengthening it.
+    fn renewal(&self, now: Instant, audit: bool) -> Option<Renewal>;
+    /// How often it is renewed (`None`: only checked on audits).
+    fn period(&self) -> Option<Duration>;
+    /// Whether it is still held (neither released nor lost).
+    fn is_live(&self) -> bool;
+    /// Its validity passed without a successful renewal: mark it lost.
+    /// Returns whether the deadline has passed (it is now lost).
+    fn check_deadline(&self, now: Instant) -> bool;
+    /// A renewal sent at `sent_at` succeeded.
+    fn renewed(&self, sent_at: Instant, renewal: &Renewal);
+    /// The server refused it: lost, for `cause`.
+    fn refused(&self, cause: LostCause);
+}
+
 pub(crate) struct Watchdog {
+    backend: Arc<dyn Backend>,
     state: Mutex<Tracked>,
     wake: Notify,
 }
@@ -39,42 +61,65 @@ struct Tracked {
 }
 
 struct Entry {
-    lease: Weak<Lease>,
-    next_due: Instant,
+    lease: Weak<dyn Renewable>,
+    /// The next periodic renewal (`None`: checked on audits only).
+    next_due: Option<Instant>,
 }
 
-/// Renew every `ttl / 3`.
-fn period(lease: &Lease) -> Duration {
-    lease.ttl / 3
+/// What the renewer has to do next.
+enum Next {
+    /// Nothing is tracked: stop.
+    Stop,
+    /// Renew these now.
+    Renew(Vec<Arc<dyn Renewable>>),
+    /// Sleep until then (`None`: until woken).
+    Sleep(Option<Instant>),
 }
 
 impl Watchdog {
+    pub(crate) fn new(backend: Arc<dyn Backend>) -> Watchdog {
+        Watchdog {
+            backend,
+            state: Mutex::default(),
+            wake: Notify::new(),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, Tracked> {
         // Every update is a single map operation or flag write.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Start renewing `lease` (taken with `renew(true)`).
-    pub(crate) fn track(&self, client: &Arc<ClientInner>, lease: &Arc<Lease>) {
-        let next_due = lease.acquired_at + period(lease);
+    /// Start watching a held lease: renewed from `first_due` on if it has a
+    /// period, checked on audits in any case.
+    pub(crate) fn track(
+        self: &Arc<Self>,
+        id: u64,
+        lease: Weak<dyn Renewable>,
+        first_due: Option<Instant>,
+    ) {
         let (start, wake) = {
             let mut state = self.state();
             state.leases.insert(
-                lease.id,
+                id,
                 Entry {
-                    lease: Arc::downgrade(lease),
-                    next_due,
+                    lease,
+                    next_due: first_due,
                 },
             );
             // Wake the renewer only if it would otherwise sleep past this
             // lease's first renewal: taking n leases must not cost n scans.
-            let wake = state.sleeping_until.is_some_and(|until| next_due < until);
+            let wake = match (state.sleeping_until, first_due) {
+                (Some(until), Some(due)) => due < until,
+                (None, Some(_)) => state.running,
+                _ => false,
+            };
             (!std::mem::replace(&mut state.running, true), wake)
         };
         if start {
             match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
-                    handle.spawn(run(client.clone()));
+                    handle.spawn(run(self.clone()));
                 }
                 Err(_) => {
                     // No runtime: nothing can renew. The lease will be lost at
@@ -87,15 +132,14 @@ impl Watchdog {
         }
     }
 
-    /// Stop renewing the lease with this id (released).
-    pub(crate) fn untrack(&self, lease_id: u64) {
-        self.state().leases.remove(&lease_id);
+    /// Stop watching the lease with this id (released or lost).
+    pub(crate) fn untrack(&self, id: u64) {
+        self.state().leases.remove(&id);
     }
 
     /// The leases due now (within half a period, so that neighbours share
-    /// a batch), or the instant the next one falls due. `None`: nothing left
-    /// to renew, and the renewer has been marked stopped.
-    fn due(&self, now: Instant) -> Option<Result<Vec<Arc<Lease>>, Instant>> {
+    /// a batch), or when to look next.
+    fn next(&self, now: Instant) -> Next {
         let mut state = self.state();
         let mut due = Vec::new();
         let mut next = None::<Instant>;
@@ -103,93 +147,158 @@ impl Watchdog {
             let Some(lease) = entry.lease.upgrade() else {
                 return false;
             };
-            let status = lease.status();
-            if status.state != State::Held {
+            if !lease.is_live() || lease.check_deadline(now) {
                 return false;
             }
-            if now >= status.valid_until {
-                lease.mark_lost();
-                return false;
-            }
-            if entry.next_due <= now + period(&lease) / 2 {
-                due.push(lease);
-            } else {
-                next = Some(next.map_or(entry.next_due, |n| n.min(entry.next_due)));
+            if let (Some(at), Some(period)) = (entry.next_due, lease.period()) {
+                if at <= now + period / 2 {
+                    due.push(lease);
+                } else {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
             }
             true
         });
         if state.leases.is_empty() {
             state.running = false;
             state.sleeping_until = None;
-            return None;
+            return Next::Stop;
         }
-        let outcome = match next {
-            _ if !due.is_empty() => Ok(due),
-            Some(next) => Err(next),
-            None => Ok(due),
-        };
-        state.sleeping_until = outcome.as_ref().err().copied();
-        Some(outcome)
+        if !due.is_empty() {
+            state.sleeping_until = None;
+            return Next::Renew(due);
+        }
+        state.sleeping_until = next;
+        Next::Sleep(next)
     }
 
-    fn reschedule(&self, lease: &Lease, next_due: Instant) {
-        if let Some(entry) = self.state().leases.get_mut(&lease.id) {
-            entry.next_due = next_due;
+    /// Every tracked lease, for an audit.
+    fn all(&self) -> Vec<Arc<dyn Renewable>> {
+        self.state()
+            .leases
+            .values()
+            .filter_map(|entry| entry.lease.upgrade())
+            .collect()
+    }
+
+    fn reschedule(&self, id: u64, next_due: Instant) {
+        if let Some(entry) = self.state().leases.get_mut(&id) {
+            entry.next_due = Some(next_due);
+        }
+    }
+
+    /// Renew (or, auditing, check) `leases` in one batch. Returns `false`
+    /// if the call failed (to be retried).
+    async fn renew(
+        &self,
+        leases: &[Arc<dyn Renewable>],
+        now: Instant,
+        audit: Option<LostCause>,
+    ) -> bool {
+        let mut batch = Vec::with_capacity(leases.len());
+        let mut members = Vec::with_capacity(leases.len());
+        for lease in leases {
+            if let Some(renewal) = lease.renewal(now, audit.is_some()) {
+                batch.push(renewal);
+                members.push(lease);
+            }
+        }
+        if batch.is_empty() {
+            return true;
+        }
+        match self.backend.renew(&batch).await {
+            Ok(outcomes) => {
+                for ((lease, renewal), outcome) in members.iter().zip(&batch).zip(outcomes) {
+                    match outcome {
+                        Owned::Yes => {
+                            lease.renewed(now, renewal);
+                            if let Some(period) = lease.period() {
+                                self.reschedule(renewal.lease_id, now + period);
+                            }
+                        }
+                        Owned::No | Owned::WrongType => {
+                            let cause = audit.unwrap_or(LostCause::Refused);
+                            tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
+                            lease.refused(cause);
+                        }
+                    }
+                }
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, leases = batch.len(), "leasehold: renewal failed, retrying");
+                false
+            }
         }
     }
 }
 
+/// Marks the watchdog stopped when its task ends, however it ends (also
+/// when its runtime shuts down and drops it unfinished), so that the next
+/// lease starts a new one.
+struct Running<'a>(&'a Watchdog);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.running = false;
+        state.sleeping_until = None;
+    }
+}
+
+/// Waits for the next announced server change; never resolves without one.
+async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> LostCause {
+    if let Some(receiver) = changes {
+        if receiver.changed().await.is_ok() {
+            return receiver.borrow_and_update().cause;
+        }
+        *changes = None;
+    }
+    std::future::pending().await
+}
+
 /// The renewer task of one client.
-async fn run(client: Arc<ClientInner>) {
-    let watchdog = &client.watchdog;
+async fn run(watchdog: Arc<Watchdog>) {
+    let _running = Running(&watchdog);
+    let mut changes = watchdog.backend.changes();
+    if let Some(receiver) = &mut changes {
+        receiver.borrow_and_update();
+    }
     loop {
         let now = Instant::now();
-        let due = match watchdog.due(now) {
-            None => return,
-            Some(Err(next)) => {
+        let due = match watchdog.next(now) {
+            Next::Stop => return,
+            Next::Renew(due) => due,
+            Next::Sleep(until) => {
+                let sleep = async {
+                    match until {
+                        Some(until) => tokio::time::sleep_until(until).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
-                    () = tokio::time::sleep_until(next) => {}
+                    () = sleep => {}
                     () = watchdog.wake.notified() => {}
+                    cause = changed(&mut changes) => {
+                        // The server may have lost data: check every lease now.
+                        let all = watchdog.all();
+                        watchdog.renew(&all, Instant::now(), Some(cause)).await;
+                    }
                 }
                 continue;
             }
-            Some(Ok(due)) => due,
         };
-        let batch: Vec<Renewal> = due
-            .iter()
-            .map(|lease| Renewal {
-                keys: lease.keys.clone(),
-                token: lease.token.clone(),
-                ttl: lease.ttl,
-            })
-            .collect();
-        match client.backend.renew(&batch).await {
-            Ok(outcomes) => {
-                for (lease, outcome) in due.iter().zip(outcomes) {
-                    match outcome {
-                        Owned::Yes => {
-                            lease.renewed(now, lease.ttl);
-                            watchdog.reschedule(lease, now + period(lease));
-                        }
-                        Owned::No | Owned::WrongType => {
-                            tracing::warn!(key = %lease.keys.name, "leasehold: renewal refused, lease lost");
-                            lease.mark_lost();
-                        }
-                    }
-                }
-            }
-            Err(error) => {
-                // Still due: try again shortly. Leases whose validity runs
-                // out meanwhile are marked lost by `due`.
-                tracing::warn!(%error, leases = due.len(), "leasehold: renewal failed, retrying");
-                let retry = due
-                    .iter()
-                    .map(|lease| period(lease) / 4)
-                    .min()
-                    .unwrap_or(MAX_RETRY_DELAY)
-                    .min(MAX_RETRY_DELAY);
-                tokio::time::sleep(retry).await;
-            }
+        if !watchdog.renew(&due, now, None).await {
+            // Still due: try again shortly. Leases whose validity runs out
+            // meanwhile are marked lost by `next`.
+            let retry = due
+                .iter()
+                .filter_map(|lease| lease.period())
+                .map(|period| period / 4)
+                .min()
+                .unwrap_or(MAX_RENEWAL_RETRY_DELAY)
+                .min(MAX_RENEWAL_RETRY_DELAY);
+            tokio::time::sleep(retry).await;
         }
     }
 }

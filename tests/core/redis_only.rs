@@ -20,23 +20,29 @@ fn int(v: redis::Value) -> i64 {
 async fn reentry_sends_no_command() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let outer = client.lock("re").acquire().await.unwrap();
-    let before = server.info_field("stats", "total_commands_processed");
-    let mut inner = Vec::new();
-    for _ in 0..50 {
-        inner.push(client.lock("re").acquire().await.unwrap());
-    }
-    for guard in inner {
-        guard.release().await.unwrap();
-    }
-    let after = server.info_field("stats", "total_commands_processed");
+    let c = client.clone();
+    let (before, after) = client
+        .lock("re")
+        .run(async {
+            let before = server.info_field("stats", "total_commands_processed");
+            let mut inner = Vec::new();
+            for _ in 0..50 {
+                inner.push(c.lock("re").acquire().await.unwrap());
+            }
+            for guard in inner {
+                guard.release().await.unwrap();
+            }
+            let after = server.info_field("stats", "total_commands_processed");
+            (before, after)
+        })
+        .await
+        .unwrap();
     // `INFO` itself is counted once (the second call's own command).
     assert_eq!(
         after - before,
         1,
         "re-entries and inner releases talked to Redis"
     );
-    outer.release().await.unwrap();
     assert_eq!(server.dbsize(), 1, "only the fence counter is left");
 }
 

@@ -15,6 +15,7 @@ on_both_backends!(
     release_and_extend_are_owner_only,
     fencing_tokens_strictly_increase,
     reentry_shares_the_lease_and_only_the_last_release_releases,
+    a_moved_guard_is_not_reentered_by_its_acquirer,
     spawned_task_is_another_owner,
     watchdog_keeps_a_short_lease_alive,
     validity_passes_without_renew,
@@ -191,32 +192,77 @@ async fn fencing_tokens_strictly_increase(fx: Fixture) {
 async fn reentry_shares_the_lease_and_only_the_last_release_releases(fx: Fixture) {
     let client = fx.client().await;
     let other = fx.client().await;
-    let outer = client.lock("re").acquire().await.unwrap();
-    let inner = client
+    let c = client.clone();
+    let o = other.clone();
+    client
         .lock("re")
-        .acquire()
+        .run(async move {
+            let outer = leasehold::fencing_token().expect("inside run");
+            let inner = c.lock("re").acquire().await.expect("re-entry succeeds");
+            assert_eq!(inner.fencing_token(), outer);
+            // A clone is the same client.
+            let via_clone = c.clone().lock("re").acquire().await.unwrap();
+            assert_eq!(via_clone.fencing_token(), outer);
+            // So is a nested run.
+            let nested = c
+                .lock("re")
+                .run(async { leasehold::fencing_token() })
+                .await
+                .unwrap();
+            assert_eq!(nested, Some(outer));
+            inner.release().await.unwrap();
+            via_clone.release().await.unwrap();
+            assert!(
+                o.lock("re").try_acquire().await.unwrap().is_none(),
+                "the outer run still holds"
+            );
+        })
         .await
-        .expect("re-entry succeeds");
-    assert_eq!(inner.fencing_token(), outer.fencing_token());
-    // A clone is the same client.
-    let via_clone = client.clone().lock("re").acquire().await.unwrap();
-    assert_eq!(via_clone.fencing_token(), outer.fencing_token());
-
-    inner.release().await.unwrap();
-    via_clone.release().await.unwrap();
-    assert!(
-        other.lock("re").try_acquire().await.unwrap().is_none(),
-        "outer still holds"
-    );
-    outer.release().await.unwrap();
+        .unwrap();
     let next = other
         .lock("re")
         .try_acquire()
         .await
         .unwrap()
-        .expect("free now");
-    // Another client is another owner even in this task: it waited, then won.
+        .expect("free once the outer run ended");
+    // Another client is another owner even in this task.
     assert!(next.fencing_token() > 0);
+}
+
+/// SPEC 12: a guard handed to another task is that task's. The dispatcher
+/// that acquired it and handed it to a worker must wait for the worker's
+/// release, not re-enter: no two workers ever hold `jobs` together.
+async fn a_moved_guard_is_not_reentered_by_its_acquirer(fx: Fixture) {
+    let client = fx.client().await;
+    let busy = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let guard = client
+            .lock("jobs")
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let (busy, overlaps) = (busy.clone(), overlaps.clone());
+        workers.push(tokio::spawn(async move {
+            if busy.swap(true, Ordering::SeqCst) {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            busy.store(false, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        }));
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two workers held `jobs` at once"
+    );
 }
 
 async fn spawned_task_is_another_owner(fx: Fixture) {
@@ -605,21 +651,36 @@ async fn invalid_arguments_are_rejected(fx: Fixture) {
 async fn fencing_token_of_the_current_task(fx: Fixture) {
     let client = fx.client().await;
     assert_eq!(leasehold::fencing_token(), None);
-    let a = client.lock("ft-a").acquire().await.unwrap();
-    assert_eq!(leasehold::fencing_token(), Some(a.fencing_token()));
-    let b = client.lock("ft-b").acquire().await.unwrap();
-    assert_eq!(leasehold::fencing_token(), Some(b.fencing_token()));
-    // Another task holds nothing.
-    assert_eq!(
-        tokio::spawn(async { leasehold::fencing_token() })
-            .await
-            .unwrap(),
-        None
-    );
-    b.release().await.unwrap();
-    assert_eq!(leasehold::fencing_token(), Some(a.fencing_token()));
-    a.release().await.unwrap();
+    let c = client.clone();
+    client
+        .lock("ft-a")
+        .run(async move {
+            let a = leasehold::fencing_token().expect("inside run");
+            let b = c
+                .lock("ft-b")
+                .run(async { leasehold::fencing_token() })
+                .await
+                .unwrap()
+                .expect("inside the nested run");
+            assert_ne!(a, b);
+            // Back in the outer body: its own token again.
+            assert_eq!(leasehold::fencing_token(), Some(a));
+            // Another task holds nothing.
+            assert_eq!(
+                tokio::spawn(async { leasehold::fencing_token() })
+                    .await
+                    .unwrap(),
+                None
+            );
+        })
+        .await
+        .unwrap();
     assert_eq!(leasehold::fencing_token(), None);
+    // A guard from `acquire` is a value that can move: it carries its own
+    // token, the task-local one is only for `run` bodies.
+    let guard = client.lock("ft-c").acquire().await.unwrap();
+    assert_eq!(leasehold::fencing_token(), None);
+    guard.release().await.unwrap();
 }
 
 /// 8 tasks of one client loop on one key, re-acquiring right after each

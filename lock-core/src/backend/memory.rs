@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::wakeups::{Announcement, Wakeups};
 use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal};
 use crate::error::LockError;
-use crate::waiting::{Announcement, WaitList};
 
 /// Expired entries are swept when the table grows past this many entries
 /// since the last sweep.
@@ -60,48 +60,51 @@ impl Table {
         }
     }
 
-    /// The first waiter in line for `queue` whose place is still kept
-    /// (lapsed places are dropped).
-    fn head(&mut self, queue: &str, now: Instant) -> Option<(String, Instant)> {
-        let line = self.lines.get_mut(queue)?;
+    /// The first waiter in `line` whose place is still kept (lapsed places
+    /// are dropped).
+    fn head(&mut self, line_key: &str, now: Instant) -> Option<(String, Instant)> {
+        let line = self.lines.get_mut(line_key)?;
         while line.front().is_some_and(|(_, kept)| *kept <= now) {
             line.pop_front();
         }
         let head = line.front().cloned();
         if head.is_none() {
-            self.lines.remove(queue);
+            self.lines.remove(line_key);
         }
         head
     }
 
     /// Keep (or take) `token`'s place in line for `sleep` plus the grace.
-    fn wait_in_line(&mut self, queue: &str, token: &str, now: Instant, sleep: Duration) {
+    fn wait_in_line(&mut self, line_key: &str, token: &str, now: Instant, sleep: Duration) {
         let kept = now + sleep + PLACE_GRACE;
-        let line = self.lines.entry(queue.to_owned()).or_default();
+        let line = self.lines.entry(line_key.to_owned()).or_default();
         match line.iter_mut().find(|(t, _)| t == token) {
             Some(place) => place.1 = kept,
             None => line.push_back((token.to_owned(), kept)),
         }
     }
 
-    fn leave_line(&mut self, queue: &str, token: &str) {
-        if let Some(line) = self.lines.get_mut(queue) {
-            line.retain(|(t, _)| t != token);
-            if line.is_empty() {
-                self.lines.remove(queue);
-            }
+    fn leave_line(&mut self, line_key: &str, token: &str) -> bool {
+        let Some(line) = self.lines.get_mut(line_key) else {
+            return false;
+        };
+        let before = line.len();
+        line.retain(|(t, _)| t != token);
+        let left = line.len() < before;
+        if line.is_empty() {
+            self.lines.remove(line_key);
         }
+        left
     }
 
     /// The next fencing token of `key`, remembered until `forget_at`.
     fn next_fence(&mut self, key: &str, now: Instant, forget_at: Instant) -> u64 {
         let next = match self.fences.get(key) {
             Some(&(last, until)) if until > now => last + 1,
-            // A new counter starts at the clock, as on Redis (whole seconds,
-            // in microseconds).
+            // A new counter starts at the clock in microseconds, as on Redis.
             _ => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_secs().saturating_mul(1_000_000)),
+                .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
         };
         self.fences.insert(key.to_owned(), (next, forget_at));
         next
@@ -112,7 +115,7 @@ impl Table {
 #[derive(Debug, Default)]
 pub(crate) struct MemoryBackend {
     table: Mutex<Table>,
-    waiters: WaitList,
+    wakeups: Wakeups,
 }
 
 static SHARED: LazyLock<Arc<MemoryBackend>> = LazyLock::new(Arc::default);
@@ -132,12 +135,12 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut table = self.table();
         table.sweep(now);
-        let head = table.head(&keys.queue, now);
+        let head = table.head(&keys.line, now);
         let busy_for = match (&head, table.live(&keys.lock, now)) {
             // Ours already (a retried call).
             (_, Some(entry)) if entry.token == token => {
                 entry.expires_at = now + ttl;
-                table.leave_line(&keys.queue, token);
+                table.leave_line(&keys.line, token);
                 let fence = table.fences.get(&keys.fence).map_or(0, |&(f, _)| f);
                 return Acquired::Yes { fence };
             }
@@ -148,13 +151,13 @@ impl MemoryBackend {
         };
         if let Some(sleep) = busy_for {
             if in_line {
-                table.wait_in_line(&keys.queue, token, now, sleep);
+                table.wait_in_line(&keys.line, token, now, sleep);
             }
             return Acquired::Busy {
                 expires_in: Some(sleep),
             };
         }
-        table.leave_line(&keys.queue, token);
+        table.leave_line(&keys.line, token);
         let fence = table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY);
         table.locks.insert(
             keys.lock.clone(),
@@ -172,37 +175,50 @@ impl MemoryBackend {
             let mut table = self.table();
             match table.live(&keys.lock, now) {
                 Some(entry) if entry.token == token => {
-                    if !keep.is_zero() {
+                    if keep.is_zero() {
+                        table.locks.remove(&keys.lock);
+                    } else {
                         entry.expires_at = now + keep;
-                        return Owned::Yes;
                     }
-                    table.locks.remove(&keys.lock);
                 }
                 _ => return Owned::No,
             }
-            table.head(&keys.queue, now).map(|(next, _)| next)
+            table.head(&keys.line, now).map(|(next, _)| next)
         };
+        // With a keep, the woken waiter finds it still taken and learns
+        // until when.
         let announcement = match &next {
             Some(next) => Announcement::Next(next),
             None => Announcement::Free(token),
         };
-        self.waiters.announce(&keys.channel, announcement);
+        self.wakeups.announce(&keys.channel, announcement);
         Owned::Yes
     }
 
-    fn leave_now(&self, keys: &LockKeys, token: &str) {
+    fn abandon_now(&self, keys: &LockKeys, token: &str) {
         let now = Instant::now();
-        let next = {
+        let (held, next) = {
             let mut table = self.table();
-            table.leave_line(&keys.queue, token);
-            if table.live(&keys.lock, now).is_some() {
+            let held = table
+                .live(&keys.lock, now)
+                .is_some_and(|entry| entry.token == token);
+            if held {
+                table.locks.remove(&keys.lock);
+            }
+            let left = table.leave_line(&keys.line, token);
+            if !(held || left) || table.live(&keys.lock, now).is_some() {
                 return;
             }
-            table.head(&keys.queue, now)
+            (held, table.head(&keys.line, now))
         };
-        if let Some((next, _)) = next {
-            self.waiters
-                .announce(&keys.channel, Announcement::Next(&next));
+        match next {
+            Some((next, _)) => self
+                .wakeups
+                .announce(&keys.channel, Announcement::Next(&next)),
+            None if held => self
+                .wakeups
+                .announce(&keys.channel, Announcement::Free(token)),
+            None => {}
         }
     }
 
@@ -234,8 +250,8 @@ impl Backend for MemoryBackend {
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn leave<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        self.leave_now(keys, token);
+    fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        self.abandon_now(keys, token);
         Box::pin(async {})
     }
 
@@ -244,6 +260,7 @@ impl Backend for MemoryBackend {
         keys: &'a LockKeys,
         token: &'a str,
         keep: Duration,
+        _deadline: Instant,
     ) -> BoxFuture<'a, Result<Owned, LockError>> {
         let outcome = self.release_now(keys, token, keep);
         Box::pin(async move { Ok(outcome) })
@@ -254,12 +271,12 @@ impl Backend for MemoryBackend {
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn watch<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
-        // Releases notify `waiters` directly: nothing to subscribe to.
+    fn listen<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        // Releases wake `wakeups` directly: nothing to subscribe to.
         Box::pin(async { Ok(()) })
     }
 
-    fn unwatch(&self, _keys: &LockKeys) {}
+    fn unlisten(&self, _keys: &LockKeys) {}
 
     fn sync_replicas<'a>(
         &'a self,
@@ -272,8 +289,8 @@ impl Backend for MemoryBackend {
         Box::pin(async move { Ok(replicas) })
     }
 
-    fn waiters(&self) -> &WaitList {
-        &self.waiters
+    fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
     }
 
     fn drift(&self, _ttl: Duration) -> Duration {

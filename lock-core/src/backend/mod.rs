@@ -1,41 +1,55 @@
-//! The seam between the lock logic (request, guard, watchdog, waiting) and the
-//! store that holds the leases. One file per backend:
+//! The seam between the lock logic (request, lease, watchdog, waiting) and
+//! the store that holds the leases. One module per backend:
 //!
-//! - [`redis`]: one Redis server (or a primary), through a reconnecting
-//!   `ConnectionManager` and the Lua scripts of [`crate::scripts`];
+//! - [`redis`]: Redis, one implementation generic over the connection, with
+//!   two topologies: a single server (or primary), through a reconnecting
+//!   `ConnectionManager`, and Redis Cluster (feature `cluster`), whose
+//!   sharded pub/sub lives in `redis/sharded.rs`;
+//! - [`redlock`]: N independent Redis masters, by majority;
 //! - [`memory`]: the embedded in-process store with the same semantics.
 //!
+//! Beside them: [`connect`] (connection settings, URL parsing and
+//! redaction, error conversion), [`scripts`] (one typed function per Lua
+//! script), [`listener`] (the pub/sub task that hears releases) and
+//! [`wakeups`] (each client's local register of waiters, which releases
+//! wake).
+//!
 //! A backend only knows Redis keys and owner tokens; reentrancy, validity,
-//! renewal scheduling and waiting policy live above it and are shared by all.
+//! renewal scheduling and the waiting policy live above it and are shared by
+//! all.
 //!
 //! # Data layout
 //!
-//! A lock named `K` under the prefix `P` (default `leasehold:`) uses:
+//! A lock with key `K` under the prefix `P` (default `leasehold:`) uses:
 //!
 //! | Redis name | type | content |
 //! | --- | --- | --- |
-//! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars); its TTL is the lease |
+//! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars, `:`, the client's name); its TTL is the lease |
 //! | `P{K}:fence` | string (integer), with expiry | the fencing counter, `INCR`ed once per acquisition; forgotten [`FENCE_MEMORY`] after the last one, and restarted from the server clock (µs) |
-//! | `P{K}:queue` | list, with expiry | the line: owner tokens of waiters, first come first served |
-//! | `P{K}:waiting` | hash, with expiry | each waiter's token → until when (server ms) its place is kept |
+//! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
+//! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
 //! | `P{K}:released` | pub/sub channel | on each release, `next:<token>` (the first in line) or `free:<token>` (`SPUBLISH` on Cluster) |
 //!
-//! The braces make `K` the hash tag, so all three live in one cluster slot.
+//! The braces make `K` the hash tag, so all of them live in one cluster slot.
 
-#[cfg(feature = "cluster")]
-pub(crate) mod cluster;
+pub(crate) mod connect;
+pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
-pub(crate) mod subscriber;
+pub(crate) mod scripts;
+pub(crate) mod wakeups;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::LockError;
-use crate::waiting::WaitList;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::{LockError, LostCause};
+use wakeups::Wakeups;
 
 /// How long a fencing counter outlives the last acquisition of its lock
 /// (beyond the lease). A counter forgotten after this long restarts from the
@@ -55,33 +69,33 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The Redis names of one lock (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The key as the user gave it, for error messages.
-    pub(crate) name: String,
+    /// The key as the user gave it (without prefix), for messages.
+    pub(crate) key: String,
     pub(crate) lock: String,
     pub(crate) fence: String,
-    pub(crate) queue: String,
+    pub(crate) line: String,
     pub(crate) places: String,
     pub(crate) channel: String,
 }
 
 impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> LockKeys {
+    pub(crate) fn new(prefix: &str, key: &str) -> LockKeys {
         // On every acquisition: plain pushes, not `format!`.
         let named = |suffix: &str| {
-            let mut key = String::with_capacity(prefix.len() + name.len() + 2 + suffix.len());
-            key.push_str(prefix);
-            key.push('{');
-            key.push_str(name);
-            key.push('}');
-            key.push_str(suffix);
-            key
+            let mut name = String::with_capacity(prefix.len() + key.len() + 2 + suffix.len());
+            name.push_str(prefix);
+            name.push('{');
+            name.push_str(key);
+            name.push('}');
+            name.push_str(suffix);
+            name
         };
         LockKeys {
-            name: name.to_owned(),
+            key: key.to_owned(),
             lock: named(":lock"),
             fence: named(":fence"),
-            queue: named(":queue"),
-            places: named(":waiting"),
+            line: named(":line"),
+            places: named(":places"),
             channel: named(":released"),
         }
     }
@@ -121,26 +135,42 @@ impl Owned {
         match self {
             Owned::Yes => Ok(()),
             Owned::No => Err(LockError::NotHeld {
-                key: keys.name.clone(),
+                key: keys.key.clone(),
             }),
-            Owned::WrongType => Err(wrong_type(keys, &keys.lock)),
+            Owned::WrongType => Err(LockError::WrongType {
+                key: keys.key.clone(),
+                redis_key: keys.lock.clone(),
+            }),
         }
-    }
-}
-
-pub(crate) fn wrong_type(keys: &LockKeys, redis_key: &str) -> LockError {
-    LockError::WrongType {
-        key: keys.name.clone(),
-        redis_key: redis_key.to_owned(),
     }
 }
 
 /// One lease in a renewal batch.
 #[derive(Debug, Clone)]
 pub(crate) struct Renewal {
+    /// The lease's id in this process (for the watchdog's bookkeeping).
+    pub(crate) lease_id: u64,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Arc<str>,
     pub(crate) ttl: Duration,
+}
+
+/// A server that may have lost data: the leases held there must be checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServerChange {
+    /// Counts the changes seen so far.
+    pub(crate) generation: u64,
+    /// What the leases found gone there are lost to.
+    pub(crate) cause: LostCause,
+}
+
+impl Default for ServerChange {
+    fn default() -> Self {
+        ServerChange {
+            generation: 0,
+            cause: LostCause::Restarted,
+        }
+    }
 }
 
 /// A store of leases. Every method is one atomic, owner-checked operation,
@@ -157,31 +187,38 @@ pub(crate) trait Backend: Send + Sync + 'static {
         in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>>;
 
-    /// The waiter `token` gives up its place in line (and the next one is
-    /// told if the lock is free). Backends without a line do nothing.
-    fn leave<'a>(&'a self, _keys: &'a LockKeys, _token: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async {})
-    }
+    /// The acquisition `token` is given up (its wait ran out, it failed, or
+    /// its future was dropped): remove its lock if an attempt got it, and its
+    /// place in line, telling the next waiter if the lock is free. Best
+    /// effort: what cannot be removed lapses by itself.
+    fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()>;
 
     /// Give the lock back if it is ours: delete it and notify waiters, or with
-    /// a non-zero `keep`, leave it (still ours) to expire after `keep`.
+    /// a non-zero `keep`, leave it (still ours) to expire after `keep`, and
+    /// tell waiters when that is.
+    ///
+    /// A release the server asks to retry (a reconnect, `TRYAGAIN` while a
+    /// slot migrates) is retried until it lands or `deadline` passes.
     fn release<'a>(
         &'a self,
         keys: &'a LockKeys,
         token: &'a str,
         keep: Duration,
+        deadline: Instant,
     ) -> BoxFuture<'a, Result<Owned, LockError>>;
 
     /// Reset the expiry of each lease that is still ours to its `ttl`, in as
     /// few round trips as the backend allows. One result per item, in order.
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>>;
 
-    /// Make sure release notifications for this lock reach [`Backend::waiters`]
-    /// (subscribe if this is the first waiter). Resolves once they will.
-    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>>;
+    /// Make sure release announcements for this lock reach
+    /// [`Backend::wakeups`] (subscribe if this is the first waiter).
+    /// Resolves once they will. Every call is matched by one
+    /// [`Backend::unlisten`], also when the future is dropped unfinished.
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>>;
 
-    /// The waiter that called [`Backend::watch`] is gone.
-    fn unwatch(&self, keys: &LockKeys);
+    /// One waiter fewer listens for this lock.
+    fn unlisten(&self, keys: &LockKeys);
 
     /// Wait until the writes made so far (the acquisition just made) reached
     /// `replicas` replicas, or `timeout` passed. Returns how many acknowledged.
@@ -200,8 +237,20 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// The local wake-up list, keyed by release channel.
-    fn waiters(&self) -> &WaitList;
+    /// This client's local register of waiters, keyed by release channel.
+    fn wakeups(&self) -> &Wakeups;
+
+    /// Whether a busy reply to a one-try attempt may leave a grant behind
+    /// (to be abandoned when the acquisition ends).
+    fn busy_leaves_traces(&self) -> bool {
+        false
+    }
+
+    /// Announcements that the server lost data (restarted, failed over), so
+    /// that leases held there are checked at once. `None`: it never does.
+    fn changes(&self) -> Option<watch::Receiver<ServerChange>> {
+        None
+    }
 
     /// The margin subtracted from a lease to allow for clock drift between
     /// this process and the server(s).
@@ -211,4 +260,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The server(s), credentials redacted, for messages and `Debug`.
     fn describe(&self) -> String;
+}
+
+/// Run `abandon` for `token` in the background, at once (from `Drop`, and
+/// when an acquisition gives up). Without a runtime the traces lapse.
+pub(crate) fn abandon_in_background(backend: &Arc<dyn Backend>, keys: &LockKeys, token: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (backend, keys, token) = (backend.clone(), keys.clone(), token.to_owned());
+    runtime.spawn(async move { backend.abandon(&keys, &token).await });
 }

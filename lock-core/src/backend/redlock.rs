@@ -28,21 +28,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis::{RedisBackend, acquire_on, backend_error, release_on, renew_on};
+use super::connect::{ConnectOptions, backend_error};
+use super::redis::gate::GatePolicy;
+use super::redis::server::{Server, ServerBackend};
+use super::scripts;
+use super::wakeups::{Announcement, Wakeups};
 use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
-use crate::client::ConnectOptions;
 use crate::error::LockError;
-use crate::scripts;
-use crate::waiting::{Announcement, WaitList};
+
+/// How long an attempt whose outcome is settled still listens for the
+/// nodes that have not answered yet.
+const SETTLE_GRACE: Duration = Duration::from_millis(50);
 
 pub(crate) struct RedlockBackend {
-    nodes: Vec<RedisBackend>,
+    nodes: Arc<[ServerBackend]>,
     quorum: usize,
     response_timeout: Duration,
-    waiters: Arc<WaitList>,
+    wakeups: Arc<Wakeups>,
 }
 
 /// What one node answered, or that it did not.
@@ -52,6 +59,7 @@ impl RedlockBackend {
     pub(crate) async fn connect(
         urls: &[String],
         options: &ConnectOptions,
+        policy: GatePolicy,
     ) -> Result<RedlockBackend, LockError> {
         if urls.is_empty() {
             return Err(LockError::invalid(
@@ -59,16 +67,16 @@ impl RedlockBackend {
                 "Redlock needs at least one master",
             ));
         }
-        let waiters: Arc<WaitList> = Arc::default();
+        let wakeups: Arc<Wakeups> = Arc::default();
         let nodes = urls
             .iter()
-            .map(|url| RedisBackend::connect_lazy(url, options, waiters.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|url| Server::connect_lazy(url, options, policy, wakeups.clone()))
+            .collect::<Result<Arc<[_]>, _>>()?;
         let backend = RedlockBackend {
             quorum: nodes.len() / 2 + 1,
             nodes,
             response_timeout: options.response_timeout,
-            waiters,
+            wakeups,
         };
         // A majority must answer now; the others are used once they do.
         let pings = backend
@@ -107,7 +115,7 @@ impl RedlockBackend {
     /// Run `op` on every node in parallel, each bounded by `timeout`.
     async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<NodeReply<T>>
     where
-        F: Fn(&'a RedisBackend) -> Fut,
+        F: Fn(&'a ServerBackend) -> Fut,
         Fut: std::future::Future<Output = NodeReply<T>> + 'a,
     {
         join_all(self.nodes.iter().map(|node| {
@@ -132,7 +140,7 @@ impl RedlockBackend {
         validity_left: Option<Duration>,
     ) -> LockError {
         LockError::Quorum {
-            key: Some(keys.name.clone()),
+            key: Some(keys.key.clone()),
             reached,
             needed: self.quorum,
             nodes: self.nodes.len(),
@@ -166,15 +174,20 @@ impl RedlockBackend {
         }
     }
 
-    /// Release a failed attempt's partial grants everywhere, and wait for it.
-    async fn undo(&self, keys: &LockKeys, token: &str, ttl: Duration) {
-        self.on_all(self.node_timeout(ttl), |node| async move {
-            let mut con = node.connection();
-            release_on(&mut con, keys, token, Duration::ZERO, "PUBLISH")
-                .await
-                .map(|r| r.owned)
-                .map_err(|e| backend_error(node.server(), e))
-        })
+    /// Release a failed attempt's grants on the nodes that granted it, and
+    /// wait for that (they just answered, so it is quick). Not in the
+    /// background: the next attempt carries the same token, and a late undo
+    /// must never delete what that attempt wins. Nodes that did not answer
+    /// are not waited for: a grant they make late carries our token and is
+    /// removed when the acquisition ends (see `Waiter`), or expires.
+    async fn undo(&self, keys: &LockKeys, token: &str, ttl: Duration, granted: &[usize]) {
+        let timeout = self.node_timeout(ttl);
+        join_all(
+            granted
+                .iter()
+                .filter_map(|&i| self.nodes.get(i))
+                .map(|node| tokio::time::timeout(timeout, node.abandon(keys, token))),
+        )
         .await;
     }
 
@@ -184,18 +197,16 @@ impl RedlockBackend {
         let replies = self
             .on_all(self.node_timeout(ttl), |node| async move {
                 let mut con = node.connection();
-                let mut cmd = scripts::evalsha(&scripts::RAISE_FENCE, 2);
-                cmd.arg(&keys.lock)
-                    .arg(&keys.fence)
-                    .arg(token)
-                    .arg(fence)
-                    .arg(super::redis::millis(ttl + super::FENCE_MEMORY));
-                scripts::invoke::<i64, _>(&scripts::RAISE_FENCE, &cmd, &mut con)
+                scripts::raise_fence(&mut con, keys, token, fence, ttl)
                     .await
-                    .map_err(|e| backend_error(node.server(), e))
+                    .map_err(|e| e.into_lock_error(node.server(), keys))
             })
             .await;
-        replies.iter().filter(|r| matches!(r, Ok(1))).count() >= self.quorum
+        replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Owned::Yes)))
+            .count()
+            >= self.quorum
     }
 }
 
@@ -209,23 +220,43 @@ impl Backend for RedlockBackend {
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let replies = self
-                .on_all(self.node_timeout(ttl), |node| async move {
-                    let mut con = node.connection();
-                    // No line across masters: each would keep its own order.
-                    acquire_on(&mut con, keys, token, ttl, false)
-                        .await
-                        .map_err(|e| e.unwrap_or_else(|e| backend_error(node.server(), e)))
+            let timeout = self.node_timeout(ttl);
+            let mut pending: FuturesUnordered<_> = self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(index, node)| async move {
+                    // No line across masters: each would keep its own
+                    // order. A node whose gate is closed (restarted
+                    // recently) answers busy: it gives no vote.
+                    let asked =
+                        tokio::time::timeout(timeout, node.acquire(keys, token, ttl, false));
+                    let reply = match asked.await {
+                        Ok(reply) => reply,
+                        Err(_) => Err(LockError::backend(
+                            node.server(),
+                            format!("no answer within {timeout:?}"),
+                        )),
+                    };
+                    (index, reply)
                 })
-                .await;
+                .collect();
 
             let mut fences = Vec::new();
+            let mut granting = Vec::new();
             let mut busy_for = None::<Duration>;
             let mut failed = 0;
             let mut wrong = None;
-            for reply in replies {
+            let nodes = self.nodes.len();
+            // Stop listening as soon as the outcome is settled: a majority
+            // granted, or so many refused that no majority is possible. A
+            // slow node then costs nothing (its grant, if any, is undone).
+            while let Some((index, reply)) = pending.next().await {
                 match reply {
-                    Ok(Acquired::Yes { fence }) => fences.push(fence),
+                    Ok(Acquired::Yes { fence }) => {
+                        fences.push(fence);
+                        granting.push(index);
+                    }
                     Ok(Acquired::Busy { expires_in }) => {
                         let left = expires_in.unwrap_or(ttl);
                         busy_for = Some(busy_for.map_or(left, |b| b.min(left)));
@@ -233,7 +264,30 @@ impl Backend for RedlockBackend {
                     Err(e @ LockError::WrongType { .. }) => wrong = Some(e),
                     Err(_) => failed += 1,
                 }
+                let refused = nodes - fences.len() - pending.len();
+                if fences.len() >= self.quorum || refused > nodes - self.quorum {
+                    break;
+                }
             }
+            // Nodes that are merely a little slower still answer within a
+            // short grace, so that what they grant is undone right away; a
+            // stalled node is not waited for.
+            // (A won vote needs no undo: late grants are ours too.)
+            let grace = if fences.len() >= self.quorum {
+                Duration::ZERO
+            } else {
+                (timeout / 4).min(SETTLE_GRACE)
+            };
+            let _ = tokio::time::timeout(grace, async {
+                while let Some((index, reply)) = pending.next().await {
+                    if let Ok(Acquired::Yes { fence }) = reply {
+                        fences.push(fence);
+                        granting.push(index);
+                    }
+                }
+            })
+            .await;
+            drop(pending);
             let granted = fences.len();
             let drift = self.drift(ttl);
             let validity = ttl.checked_sub(started.elapsed() + drift);
@@ -246,7 +300,7 @@ impl Backend for RedlockBackend {
                 }
             }
 
-            self.undo(keys, token, ttl).await;
+            self.undo(keys, token, ttl, &granting).await;
             if let Some(e) = wrong {
                 return Err(e);
             }
@@ -270,20 +324,29 @@ impl Backend for RedlockBackend {
         })
     }
 
+    fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.on_all(self.response_timeout, |node| async move {
+                node.abandon(keys, token).await;
+                Ok(())
+            })
+            .await;
+        })
+    }
+
     fn release<'a>(
         &'a self,
         keys: &'a LockKeys,
         token: &'a str,
         keep: Duration,
+        deadline: Instant,
     ) -> BoxFuture<'a, Result<Owned, LockError>> {
         Box::pin(async move {
             let replies = self
                 .on_all(self.response_timeout, |node| async move {
-                    let mut con = node.connection();
-                    release_on(&mut con, keys, token, keep, "PUBLISH")
+                    node.release_script(keys, token, keep, deadline)
                         .await
                         .map(|r| r.owned)
-                        .map_err(|e| backend_error(node.server(), e))
                 })
                 .await;
             let reached = replies
@@ -291,8 +354,8 @@ impl Backend for RedlockBackend {
                 .filter(|r| matches!(r, Ok(Owned::Yes)))
                 .count();
             let outcome = self.decide(replies.into_iter().map(Result::ok));
-            if outcome == Some(Owned::Yes) && keep.is_zero() {
-                self.waiters
+            if outcome == Some(Owned::Yes) {
+                self.wakeups
                     .announce(&keys.channel, Announcement::Free(token));
             }
             outcome.ok_or_else(|| self.quorum_error(keys, reached, None))
@@ -307,12 +370,7 @@ impl Backend for RedlockBackend {
                 .min()
                 .unwrap_or(self.response_timeout);
             let replies = self
-                .on_all(self.node_timeout(ttl), |node| async move {
-                    let mut con = node.connection();
-                    renew_on(&mut con, batch)
-                        .await
-                        .map_err(|e| backend_error(node.server(), e))
-                })
+                .on_all(self.node_timeout(ttl), |node| node.renew_script(batch))
                 .await;
             let mut out = Vec::with_capacity(batch.len());
             for (i, item) in batch.iter().enumerate() {
@@ -336,10 +394,10 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn watch<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             let replies = self
-                .on_all(self.response_timeout, |node| node.watch(keys))
+                .on_all(self.response_timeout, |node| node.listen(keys))
                 .await;
             // One listening node is enough to hear a release; the others
             // are spares (a failed node has no subscription to undo).
@@ -356,18 +414,24 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn unwatch(&self, keys: &LockKeys) {
-        for node in &self.nodes {
-            node.unwatch(keys);
+    fn unlisten(&self, keys: &LockKeys) {
+        for node in self.nodes.iter() {
+            node.unlisten(keys);
         }
     }
 
-    fn waiters(&self) -> &WaitList {
-        &self.waiters
+    fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
+    }
+
+    fn busy_leaves_traces(&self) -> bool {
+        // A node that had not answered when the vote was settled may grant
+        // the attempt later.
+        true
     }
 
     fn describe(&self) -> String {
-        let nodes: Vec<String> = self.nodes.iter().map(|n| n.server().to_owned()).collect();
+        let nodes: Vec<&str> = self.nodes.iter().map(|n| n.server()).collect();
         format!("redlock[{}]", nodes.join(", "))
     }
 }

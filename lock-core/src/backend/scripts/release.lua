@@ -6,12 +6,16 @@
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  keep, in milliseconds: 0 deletes the key now and announces the
 --          release; > 0 leaves the (still owned) key to expire after that many
---          ms (`at_least`: a skip-if-locked job must not run again too soon)
+--          ms (`at_least`: a skip-if-locked job must not run again too soon),
+--          and announces the new expiry so that waiters look again and sleep
+--          until then instead of until the old one
 -- ARGV[3]  the release channel of this lock (same hash tag as KEYS[1])
 -- ARGV[4]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
 -- The message is `next:<token>` naming the first in line, whose client wakes
 -- just that waiter, or `free:<released token>` when nobody waits in line.
+-- (With a keep, the woken waiter finds the lock still taken and learns when
+-- it ends.)
 --
 -- Returns {1, next}   released (next: the first in line, or nil)
 --         {0, nil}    not ours (expired, or another owner's)
@@ -27,14 +31,16 @@ end
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('PEXPIRE', KEYS[1], keep)
-  return {1, false}
+else
+  redis.call('DEL', KEYS[1])
 end
-
-redis.call('DEL', KEYS[1])
 local next = redis.pcall('LINDEX', KEYS[2], 0)
 if type(next) ~= 'string' then
   redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
   return {1, false}
 end
 redis.call(ARGV[4], ARGV[3], 'next:' .. next)
+if keep > 0 then
+  return {1, false}
+end
 return {1, next}

@@ -44,7 +44,16 @@ if head then
 end
 
 local sleep
-if head and head ~= token then
+if head and head ~= token and redis.pcall('GET', KEYS[1]) == token then
+  -- Ours already: an earlier attempt got through but its reply was lost,
+  -- and someone joined the line since. Same lease, same fence.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local fence = redis.pcall('GET', KEYS[2])
+  if type(fence) == 'table' then
+    return {-1, 2}
+  end
+  return {1, tonumber(fence) or 0}
+elseif head and head ~= token then
   -- Someone came first: the lock is theirs next, held or not.
   sleep = redis.call('PTTL', KEYS[1])
   if sleep < 0 then
@@ -65,15 +74,15 @@ else
       return {-1, 2}
     end
     if fence == 1 then
-      -- A new counter (first use of this name, or forgotten after ARGV[3]
-      -- ms without acquisitions) starts at the server clock, in
-      -- microseconds rounded down to the second: it is then above every
-      -- token issued before (a counter cannot outrun a microsecond clock:
-      -- that would take over a million acquisitions per second of one
-      -- lock), unless the clock stepped back by more than the time the
-      -- counter was forgotten for. The rounding makes Redlock masters whose
-      -- clocks agree to the second start equal.
-      fence = tonumber(redis.call('TIME')[1]) * 1000000
+      -- A new counter (first use of this lock, forgotten after ARGV[3] ms
+      -- without acquisitions, or lost with the server's data) starts at the
+      -- server clock in microseconds: above every token issued before, since
+      -- a counter cannot outrun a microsecond clock (that would take over a
+      -- million acquisitions per second of one lock), unless the clock
+      -- stepped back. Not rounded: a restart within the same second must
+      -- not repeat a token.
+      local t = redis.call('TIME')
+      fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
       redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
     else
       redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -1,7 +1,8 @@
-//! The release listener shared by the Redis backends: one task per
-//! subscriber connection counts waiters per channel, subscribes on the first
-//! and unsubscribes after the last (in order, so the two never cross), and
-//! turns messages into local wake-ups in a [`WaitList`].
+//! The listener: how a Redis backend hears releases. One task per pub/sub
+//! connection (started on a client's first wait) counts the waiters of each
+//! release channel, subscribes for the first and unsubscribes after the last
+//! (in order, so the two never cross), and turns announcements into local
+//! wake-ups in the client's [`Wakeups`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,9 +11,9 @@ use redis::{PushKind, RedisResult};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use super::BoxFuture;
-use super::redis::backend_error;
+use super::connect::backend_error;
+use super::wakeups::{Announcement, Wakeups};
 use crate::error::LockError;
-use crate::waiting::{Announcement, WaitList};
 
 /// A connection that can (un)subscribe to release channels and delivers
 /// messages to a push sender: plain pub/sub on one server, sharded pub/sub
@@ -32,85 +33,90 @@ impl PubSubConnection for redis::aio::ConnectionManager {
     }
 }
 
-/// What a Redis backend needs to hear releases: the client's wait list and
-/// its listener, started on the first wait.
-pub(crate) struct Listening {
-    pub(crate) waiters: Arc<WaitList>,
-    subscriber: OnceCell<Subscriber>,
+/// What a Redis backend needs to hear releases: the client's wake-ups and
+/// its listener task, started on the first wait.
+pub(crate) struct Listener {
+    pub(crate) wakeups: Arc<Wakeups>,
+    task: OnceCell<Running>,
 }
 
-impl Listening {
-    pub(crate) fn new(waiters: Arc<WaitList>) -> Listening {
-        Listening {
-            waiters,
-            subscriber: OnceCell::new(),
+impl Listener {
+    pub(crate) fn new(wakeups: Arc<Wakeups>) -> Listener {
+        Listener {
+            wakeups,
+            task: OnceCell::new(),
         }
     }
 
-    /// Resolves once releases of `channel` reach the wait list, starting the
-    /// listener with `start` if this is the first wait of the client.
-    pub(crate) async fn watch<F, Fut>(&self, channel: &str, start: F) -> Result<(), LockError>
+    /// Resolves once releases of `channel` reach the wake-ups, starting the
+    /// task with `start` if this is the first wait of the client.
+    ///
+    /// Cancel safety: the subscription is requested before the first await
+    /// that can follow the start, so a caller dropped while waiting for the
+    /// acknowledgement must still call [`unlisten`](Self::unlisten) (the
+    /// waiter does, from `Drop`).
+    pub(crate) async fn listen<F, Fut>(&self, channel: &str, start: F) -> Result<(), LockError>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Subscriber, LockError>>,
+        Fut: std::future::Future<Output = Result<Running, LockError>>,
     {
-        self.subscriber
+        self.task
             .get_or_try_init(start)
             .await?
-            .watch(channel)
+            .listen(channel)
             .await
     }
 
-    pub(crate) fn unwatch(&self, channel: &str) {
-        if let Some(subscriber) = self.subscriber.get() {
-            subscriber.unwatch(channel);
+    pub(crate) fn unlisten(&self, channel: &str) {
+        if let Some(task) = self.task.get() {
+            task.unlisten(channel);
         }
     }
 }
 
-pub(crate) enum SubscriberOp {
+enum Op {
     /// One more waiter on this channel; the ack comes once messages flow.
     Subscribe(String, oneshot::Sender<Result<(), LockError>>),
     /// One waiter fewer on this channel.
     Unsubscribe(String),
 }
 
-/// The handle of a running listener.
-pub(crate) struct Subscriber {
-    ops: mpsc::UnboundedSender<SubscriberOp>,
+/// The handle of a running listener task.
+pub(crate) struct Running {
+    ops: mpsc::UnboundedSender<Op>,
     server: String,
 }
 
-impl Subscriber {
+impl Running {
     /// Start the listener task on `conn`, whose push messages arrive on `pushes`.
     pub(crate) fn spawn<C: PubSubConnection>(
         conn: C,
         pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
         server: String,
-        waiters: Arc<WaitList>,
-    ) -> Subscriber {
+        wakeups: Arc<Wakeups>,
+    ) -> Running {
         let (ops, ops_rx) = mpsc::unbounded_channel();
-        let listener = Listener {
+        let task = Task {
             conn,
             server: server.clone(),
-            waiters,
+            wakeups,
             refs: HashMap::new(),
         };
-        tokio::spawn(listener.run(ops_rx, pushes));
-        Subscriber { ops, server }
+        tokio::spawn(task.run(ops_rx, pushes));
+        Running { ops, server }
     }
 
-    /// Resolves once messages of `channel` reach the wait list.
-    pub(crate) async fn watch(&self, channel: &str) -> Result<(), LockError> {
+    /// Resolves once messages of `channel` reach the wake-ups.
+    async fn listen(&self, channel: &str) -> Result<(), LockError> {
         let (ack_tx, ack_rx) = oneshot::channel();
         self.ops
-            .send(SubscriberOp::Subscribe(channel.to_owned(), ack_tx))
+            .send(Op::Subscribe(channel.to_owned(), ack_tx))
             .map_err(|_| self.gone())?;
         ack_rx.await.map_err(|_| self.gone())?
     }
 
-    pub(crate) fn unwatch(&self, channel: &str) {
-        let _ = self.ops.send(SubscriberOp::Unsubscribe(channel.to_owned()));
+    fn unlisten(&self, channel: &str) {
+        let _ = self.ops.send(Op::Unsubscribe(channel.to_owned()));
     }
 
     fn gone(&self) -> LockError {
@@ -118,17 +124,17 @@ impl Subscriber {
     }
 }
 
-struct Listener<C> {
+struct Task<C> {
     conn: C,
     server: String,
-    waiters: Arc<WaitList>,
+    wakeups: Arc<Wakeups>,
     refs: HashMap<String, usize>,
 }
 
-impl<C: PubSubConnection> Listener<C> {
+impl<C: PubSubConnection> Task<C> {
     async fn run(
         mut self,
-        mut ops: mpsc::UnboundedReceiver<SubscriberOp>,
+        mut ops: mpsc::UnboundedReceiver<Op>,
         mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
     ) {
         loop {
@@ -143,9 +149,9 @@ impl<C: PubSubConnection> Listener<C> {
         }
     }
 
-    async fn apply(&mut self, op: SubscriberOp) {
+    async fn apply(&mut self, op: Op) {
         match op {
-            SubscriberOp::Subscribe(channel, ack) => {
+            Op::Subscribe(channel, ack) => {
                 let count = self.refs.entry(channel.clone()).or_insert(0);
                 *count += 1;
                 let result = if *count == 1 {
@@ -159,7 +165,7 @@ impl<C: PubSubConnection> Listener<C> {
                 };
                 let _ = ack.send(result);
             }
-            SubscriberOp::Unsubscribe(channel) => {
+            Op::Unsubscribe(channel) => {
                 let Some(count) = self.refs.get_mut(&channel) else {
                     return;
                 };
@@ -183,12 +189,12 @@ impl<C: PubSubConnection> Listener<C> {
                     _ => None,
                 };
                 if let (Some(channel), Some(message)) = (text(0), text(1)) {
-                    self.waiters.announce(channel, Announcement::parse(message));
+                    self.wakeups.announce(channel, Announcement::parse(message));
                 }
             }
             // Messages may have been lost while disconnected: let every waiter
             // look again rather than sleep until the holder's lease ends.
-            PushKind::Disconnection => self.waiters.notify_all(),
+            PushKind::Disconnection => self.wakeups.wake_all(),
             _ => {}
         }
     }

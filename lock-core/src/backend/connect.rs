@@ -1,0 +1,148 @@
+//! Connection settings and the helpers every Redis backend uses to open
+//! connections: URL parsing (with passwords redacted from every message),
+//! the connect timeout, and the conversion of redis-rs errors.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
+use tokio::sync::mpsc;
+
+use crate::error::{LockError, redact_url};
+
+/// Timeouts and retries of Redis connections.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) reconnect_retries: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            reconnect_retries: 2,
+        }
+    }
+}
+
+/// A parsed server address: what redis-rs connects to, and how messages
+/// show it (without any password).
+#[derive(Debug, Clone)]
+pub(crate) struct Address {
+    pub(crate) info: redis::ConnectionInfo,
+    pub(crate) shown: String,
+}
+
+impl Address {
+    /// Parse a URL; the error shows it redacted.
+    pub(crate) fn parse(url: &str) -> Result<Address, LockError> {
+        let shown = redact_url(url);
+        if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+            return Err(LockError::invalid(
+                "url",
+                format!("`{shown}` needs TLS: enable leasehold's `tls` feature"),
+            ));
+        }
+        let info = url.into_connection_info().map_err(|e| {
+            LockError::invalid(
+                "url",
+                format!(
+                    "`{shown}` is not a Redis URL ({:?}); expected redis://, rediss:// or unix://",
+                    e.kind()
+                ),
+            )
+        })?;
+        Ok(Address { info, shown })
+    }
+
+    /// A redis-rs client for this address speaking RESP3 (push messages).
+    pub(crate) fn resp3_client(&self) -> Result<redis::Client, LockError> {
+        let settings = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        redis::Client::open(self.info.clone().set_redis_settings(settings))
+            .map_err(|e| backend_error(&self.shown, e))
+    }
+}
+
+/// The first connection, within the connect timeout.
+pub(crate) async fn within_connect_timeout<T>(
+    connecting: impl std::future::Future<Output = redis::RedisResult<T>>,
+    options: &ConnectOptions,
+    server: &str,
+) -> Result<T, LockError> {
+    match tokio::time::timeout(options.connect_timeout, connecting).await {
+        Ok(result) => result.map_err(|e| backend_error(server, e)),
+        Err(_) => Err(LockError::backend(
+            server,
+            format!("could not connect within {:?}", options.connect_timeout),
+        )),
+    }
+}
+
+/// Open a reconnecting connection; the first connection must succeed within
+/// the connect timeout. Pushes (pub/sub messages, disconnections) go to `push`.
+pub(crate) async fn connect_manager(
+    client: redis::Client,
+    options: &ConnectOptions,
+    server: &str,
+    push: Option<mpsc::UnboundedSender<redis::PushInfo>>,
+    resubscribe: bool,
+) -> Result<ConnectionManager, LockError> {
+    let mut config = manager_config(options);
+    if let Some(push) = push {
+        config = config.set_push_sender(push);
+    }
+    if resubscribe {
+        config = config.set_automatic_resubscription();
+    }
+    within_connect_timeout(
+        ConnectionManager::new_with_config(client, config),
+        options,
+        server,
+    )
+    .await
+}
+
+/// The reconnection policy of every single-server connection.
+pub(crate) fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(options.reconnect_retries)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_secs(1))
+}
+
+/// A redis-rs error as a [`LockError::Backend`] naming `server` (redacted).
+pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
+    let message = if err.is_timeout() {
+        format!("no answer in time ({err})")
+    } else {
+        err.to_string()
+    };
+    LockError::backend(server, message)
+}
+
+/// Whether a failed command may simply be sent again: the connection broke
+/// (and the manager reconnects), or the server asked to retry. Every lock
+/// script is safe to send twice.
+pub(crate) fn is_retryable(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(
+            err.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+        )
+}
+
+/// Whole milliseconds, at least 1 (Redis rejects a zero expiry).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

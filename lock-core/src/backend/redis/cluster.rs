@@ -1,0 +1,249 @@
+//! Redis Cluster, through redis-rs's cluster-async connection.
+//!
+//! - **Routing.** Every Redis name of one lock carries the lock's key as its
+//!   hash tag (see [`super`]), so each script touches one slot and the cluster
+//!   connection routes it to that slot's master. `MOVED` (the slot has moved)
+//!   and `ASK` (it is being migrated) are followed by redis-rs, which also
+//!   refreshes its slot map; `TRYAGAIN` is retried after a short pause.
+//!   While a slot is half-migrated, Redis runs a multi-key script only if
+//!   all its keys are on one side: renewing and extending a held lock (one
+//!   key) work throughout, but taking or releasing a lock in that slot (the
+//!   lock, its fence and its line) can answer `TRYAGAIN` until the migration
+//!   ends. A request retries within its `wait` budget; a release is retried
+//!   until it lands or the lease's validity ends.
+//! - **Scripts.** They are loaded on every node at connect; a node that lacks
+//!   one later (restarted, added, or reached through `ASK`) answers `NOSCRIPT`,
+//!   and the invocation loads it (`SCRIPT LOAD` goes to all nodes) and retries.
+//! - **Renewal.** A script cannot span slots (`CROSSSLOT`), so the watchdog's
+//!   batch is split by slot, one renewal script per slot, all sent at once
+//!   over the multiplexed node connections: the round trips overlap, and the
+//!   results come back in the batch's order.
+//! - **Release notifications.** On Redis ≥ 7 (checked once at connect), the
+//!   release script publishes with `SPUBLISH` and waiters listen with
+//!   `SSUBSCRIBE`: the message stays on the shard that owns the lock instead of
+//!   being broadcast to every node. Older servers get `PUBLISH`/`SUBSCRIBE`.
+//!   The listener is one extra RESP3 cluster connection, opened on the first
+//!   wait. When a slot moves, the old owner drops its sharded subscriptions
+//!   (a server-sent `SUNSUBSCRIBE`); the listener subscribes again on the new
+//!   owner and wakes that lock's first waiter, since a release may have been
+//!   published in between (see `sharded.rs`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value};
+use tokio::sync::mpsc;
+
+use super::gate::{Gate, GatePolicy};
+use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
+use super::{RedisBackend, Topology};
+use crate::backend::connect::{Address, ConnectOptions, backend_error, within_connect_timeout};
+use crate::backend::listener::Running;
+use crate::backend::scripts::{self, ScriptError};
+use crate::backend::wakeups::Wakeups;
+use crate::backend::{BoxFuture, Owned, Renewal};
+use crate::error::LockError;
+
+/// Retries of one request (redirects, `TRYAGAIN`, reconnects), at least this
+/// many: following a migration can take a `MOVED`, an `ASK` and a `TRYAGAIN`.
+const MIN_RETRIES: u32 = 6;
+
+pub(crate) struct Cluster {
+    conn: ClusterConnection,
+    /// The seed nodes, for the listener connection opened on the first wait.
+    nodes: Vec<ConnectionInfo>,
+    options: ConnectOptions,
+    /// `cluster[redis://a:***@h:p, ...]`.
+    server: String,
+    /// Sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis ≥ 7).
+    sharded: bool,
+}
+
+/// The Redis Cluster backend.
+pub(crate) type ClusterBackend = RedisBackend<Cluster>;
+
+impl Cluster {
+    /// Connect through any of the cluster's nodes (the others are discovered).
+    pub(crate) async fn connect(
+        urls: &[String],
+        options: &ConnectOptions,
+        policy: GatePolicy,
+    ) -> Result<ClusterBackend, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::invalid(
+                "urls",
+                "a Redis Cluster needs the URL of at least one of its nodes",
+            ));
+        }
+        let addresses = urls
+            .iter()
+            .map(|url| Address::parse(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shown: Vec<&str> = addresses.iter().map(|a| a.shown.as_str()).collect();
+        let server = format!("cluster[{}]", shown.join(", "));
+        let nodes: Vec<ConnectionInfo> = addresses.into_iter().map(|a| a.info).collect();
+
+        let client = build_client(cluster_builder(&nodes, options), &server)?;
+        let mut conn =
+            within_connect_timeout(client.get_async_connection(), options, &server).await?;
+        let gate = Arc::new(Gate::new(&server, policy));
+        gate.check(&mut conn, true).await?;
+        let sharded = supports_sharded_pubsub(&mut conn)
+            .await
+            .map_err(|e| backend_error(&server, e))?;
+        for script in scripts::all() {
+            // Routed to every node. Only saves a NOSCRIPT round trip later.
+            script
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| backend_error(&server, e))?;
+        }
+        let topology = Cluster {
+            conn,
+            nodes,
+            options: options.clone(),
+            server: server.clone(),
+            sharded,
+        };
+        Ok(RedisBackend::new(topology, server, Arc::default(), gate))
+    }
+
+    /// Renew a batch spread over many slots: one script per slot, all in
+    /// flight at once; results in the batch's order.
+    async fn renew_by_slot(&self, batch: &[Renewal]) -> Result<Vec<Owned>, ScriptError> {
+        let mut groups: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (index, item) in batch.iter().enumerate() {
+            groups
+                .entry(Slot::for_key(item.keys.lock.as_bytes()))
+                .or_default()
+                .push(index);
+        }
+        if groups.len() <= 1 {
+            let mut con = self.conn.clone();
+            return scripts::renew(&mut con, batch).await;
+        }
+
+        let calls = groups.into_values().map(|indices| {
+            let mut con = self.conn.clone();
+            async move {
+                let items: Vec<Renewal> = indices.iter().map(|&i| batch[i].clone()).collect();
+                let codes = scripts::renew(&mut con, &items).await;
+                (indices, codes)
+            }
+        });
+        let mut out = vec![Owned::No; batch.len()];
+        for (indices, codes) in join_all(calls).await {
+            let codes = codes?;
+            if codes.len() != indices.len() {
+                return Err(ScriptError::Redis(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "the renewal script answered a different number of results than leases",
+                ))));
+            }
+            for (index, code) in indices.into_iter().zip(codes) {
+                out[index] = code;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A cluster client for the seed nodes, with leasehold's timeouts and retries.
+fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> ClusterClientBuilder {
+    let retries = u32::try_from(options.reconnect_retries)
+        .unwrap_or(u32::MAX)
+        .max(MIN_RETRIES);
+    ClusterClient::builder(nodes.to_vec())
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.response_timeout)
+        .retries(retries)
+        // redis-rs waits at least 1.28 s before retrying a `TRYAGAIN` or a
+        // `CLUSTERDOWN` by default: longer than many leases.
+        .min_retry_wait(10)
+        .max_retry_wait(500)
+        .retry_wait_formula(10, 2)
+}
+
+fn build_client(builder: ClusterClientBuilder, server: &str) -> Result<ClusterClient, LockError> {
+    builder.build().map_err(|e| {
+        if e.kind() == ErrorKind::InvalidClientConfig {
+            // Unix sockets, or seed nodes with different credentials, databases, TLS modes.
+            LockError::invalid("urls", format!("{server}: {e}"))
+        } else {
+            backend_error(server, e)
+        }
+    })
+}
+
+/// Whether the servers know `SPUBLISH` (Redis ≥ 7). A server that refuses
+/// `COMMAND INFO` (renamed or forbidden, as on some managed services) gets
+/// plain pub/sub, which works everywhere.
+async fn supports_sharded_pubsub(conn: &mut ClusterConnection) -> RedisResult<bool> {
+    let reply: RedisResult<Vec<Value>> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("SPUBLISH")
+        .query_async(conn)
+        .await;
+    match reply {
+        Ok(info) => Ok(matches!(info.first(), Some(v) if *v != Value::Nil)),
+        Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => {
+            tracing::debug!(error = %e, "leasehold: COMMAND INFO refused; using PUBLISH");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl Topology for Cluster {
+    type Conn = ClusterConnection;
+
+    fn connection(&self) -> ClusterConnection {
+        self.conn.clone()
+    }
+
+    fn publish(&self) -> &'static str {
+        if self.sharded { "SPUBLISH" } else { "PUBLISH" }
+    }
+
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
+        Box::pin(self.renew_by_slot(batch))
+    }
+
+    /// The listener: one RESP3 cluster connection, opened on the first wait.
+    fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>> {
+        Box::pin(async move {
+            let (push_tx, push_rx) = mpsc::unbounded_channel();
+            let builder = cluster_builder(&self.nodes, &self.options)
+                .use_protocol(ProtocolVersion::RESP3)
+                .push_sender(push_tx);
+            let client = build_client(builder, &self.server)?;
+            let conn =
+                within_connect_timeout(client.get_async_connection(), &self.options, &self.server)
+                    .await?;
+            let wanted: Wanted = Arc::default();
+            let (listener_tx, listener_rx) = mpsc::unbounded_channel();
+            if self.sharded {
+                tokio::spawn(follow_moved_subscriptions(
+                    push_rx,
+                    listener_tx,
+                    conn.clone(),
+                    wanted.clone(),
+                    wakeups.clone(),
+                ));
+            } else {
+                tokio::spawn(forward(push_rx, listener_tx));
+            }
+            let pubsub = ClusterPubSub::new(conn, self.sharded, wanted);
+            Ok(Running::spawn(
+                pubsub,
+                listener_rx,
+                self.server.clone(),
+                wakeups,
+            ))
+        })
+    }
+}

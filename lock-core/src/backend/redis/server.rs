@@ -1,0 +1,207 @@
+//! One Redis server (standalone, or the primary of a replicated set).
+//!
+//! Commands go through redis-rs's [`ConnectionManager`], which reconnects by
+//! itself after a restart; it speaks RESP3 so that it reports its
+//! disconnections, after which the [`Gate`] reads the server's identity
+//! again (a restart is noticed on the reconnection, not at the next renewal).
+//! Release announcements arrive on one extra RESP3 connection per client,
+//! opened on the first wait and resubscribed after reconnects (see
+//! [`crate::backend::listener`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::PushKind;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+
+use super::gate::{Gate, GatePolicy};
+use super::{RedisBackend, Topology};
+use crate::backend::BoxFuture;
+use crate::backend::connect::{
+    Address, ConnectOptions, backend_error, connect_manager, manager_config, millis,
+};
+use crate::backend::listener::Running;
+use crate::backend::wakeups::Wakeups;
+use crate::error::LockError;
+
+/// The longest pause between two identity checks after a reconnection.
+const MAX_CHECK_DELAY: Duration = Duration::from_secs(1);
+
+pub(crate) struct Server {
+    conn: ConnectionManager,
+    address: Address,
+    options: ConnectOptions,
+}
+
+/// The single-server backend.
+pub(crate) type ServerBackend = RedisBackend<Server>;
+
+impl Server {
+    /// Connect and check the server (reachable, credentials accepted, not
+    /// evicting, its identity); release announcements go to `wakeups`
+    /// (shared by the nodes of a Redlock client).
+    pub(crate) async fn connect(
+        url: &str,
+        options: &ConnectOptions,
+        policy: GatePolicy,
+        wakeups: Arc<Wakeups>,
+    ) -> Result<ServerBackend, LockError> {
+        let address = Address::parse(url)?;
+        let gate = Arc::new(Gate::new(&address.shown, policy));
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let mut conn = connect_manager(
+            address.resp3_client()?,
+            options,
+            &address.shown,
+            Some(push_tx),
+            false,
+        )
+        .await?;
+        gate.check(&mut conn, true).await?;
+        tokio::spawn(recheck_after_reconnects(
+            push_rx,
+            conn.clone(),
+            Arc::downgrade(&gate),
+        ));
+        let server = address.shown.clone();
+        let topology = Server {
+            conn,
+            address,
+            options: options.clone(),
+        };
+        Ok(RedisBackend::new(topology, server, wakeups, gate))
+    }
+
+    /// Like [`connect`](Self::connect), but without waiting for the first
+    /// connection: a node that is down now is used once it comes back (and
+    /// checked then). For Redlock's nodes.
+    pub(crate) fn connect_lazy(
+        url: &str,
+        options: &ConnectOptions,
+        policy: GatePolicy,
+        wakeups: Arc<Wakeups>,
+    ) -> Result<ServerBackend, LockError> {
+        let address = Address::parse(url)?;
+        let gate = Arc::new(Gate::new(&address.shown, policy));
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let conn = ConnectionManager::new_lazy_with_config(
+            address.resp3_client()?,
+            manager_config(options).set_push_sender(push_tx),
+        )
+        .map_err(|e| backend_error(&address.shown, e))?;
+        tokio::spawn(recheck_after_reconnects(
+            push_rx,
+            conn.clone(),
+            Arc::downgrade(&gate),
+        ));
+        let server = address.shown.clone();
+        let topology = Server {
+            conn,
+            address,
+            options: options.clone(),
+        };
+        Ok(RedisBackend::new(topology, server, wakeups, gate))
+    }
+}
+
+impl ServerBackend {
+    /// The command connection, for commands beyond the lock scripts.
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.topology().conn.clone()
+    }
+}
+
+/// After every disconnection of the command connection, read the server's
+/// identity again as soon as it answers. Ends with the backend.
+async fn recheck_after_reconnects(
+    mut pushes: mpsc::UnboundedReceiver<redis::PushInfo>,
+    mut conn: ConnectionManager,
+    gate: std::sync::Weak<Gate>,
+) {
+    // Ends when the gate (and so the backend) is gone.
+    let Some(mut gone) = gate.upgrade().map(|g| g.changes()) else {
+        return;
+    };
+    loop {
+        let push = tokio::select! {
+            push = pushes.recv() => match push {
+                Some(push) => push,
+                None => return,
+            },
+            changed = gone.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        };
+        if push.kind != PushKind::Disconnection {
+            continue;
+        }
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let Some(gate) = gate.upgrade() else {
+                return;
+            };
+            match gate.check(&mut conn, false).await {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::debug!(%error, "leasehold: server not back yet");
+                    drop(gate);
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_CHECK_DELAY);
+                }
+            }
+        }
+    }
+}
+
+impl Topology for Server {
+    type Conn = ConnectionManager;
+
+    fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    fn publish(&self) -> &'static str {
+        "PUBLISH"
+    }
+
+    fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>> {
+        Box::pin(async move {
+            let (push_tx, push_rx) = mpsc::unbounded_channel();
+            let conn = connect_manager(
+                self.address.resp3_client()?,
+                &self.options,
+                &self.address.shown,
+                Some(push_tx),
+                true,
+            )
+            .await?;
+            Ok(Running::spawn(
+                conn,
+                push_rx,
+                self.address.shown.clone(),
+                wakeups,
+            ))
+        })
+    }
+
+    fn sync_replicas(
+        &self,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Option<BoxFuture<'_, Result<usize, LockError>>> {
+        Some(Box::pin(async move {
+            // WAIT covers the writes of this connection: the acquisition was
+            // sent on it just before.
+            let mut con = self.conn.clone();
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(millis(timeout))
+                .query_async(&mut con)
+                .await
+                .map_err(|e| backend_error(&self.address.shown, e))?;
+            Ok(usize::try_from(acked).unwrap_or(0))
+        }))
+    }
+}

@@ -1,0 +1,35 @@
+-- Give up an acquisition: release the lock if this token holds it (an
+-- attempt whose reply never arrived, or a cancelled acquire), and give up
+-- the token's place in line. If the lock is free afterwards, the new first
+-- in line is told (or, with nobody in line, anyone listening).
+--
+-- KEYS[1]  the lock key (string: owner token)
+-- KEYS[2]  the line of waiting tokens (list)
+-- KEYS[3]  the waiters' places (hash: token -> until when, in server ms)
+-- ARGV[1]  the abandoning owner token
+-- ARGV[2]  the release channel of this lock (same hash tag as KEYS[1])
+-- ARGV[3]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
+--
+-- Returns 1 it held the lock (now released), 0 it did not
+local held = 0
+local holder = redis.pcall('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  held = 1
+end
+local placed = redis.pcall('HDEL', KEYS[3], ARGV[1])
+if type(placed) ~= 'number' then
+  placed = 0
+end
+if placed == 1 then
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+end
+if (held == 1 or placed == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
+  local next = redis.pcall('LINDEX', KEYS[2], 0)
+  if type(next) == 'string' then
+    redis.call(ARGV[3], ARGV[2], 'next:' .. next)
+  elseif held == 1 then
+    redis.call(ARGV[3], ARGV[2], 'free:' .. ARGV[1])
+  end
+end
+return held

@@ -1,0 +1,29 @@
+//! `abandon.lua`: give up an acquisition: the lock if this attempt got it,
+//! and the place in line.
+
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke};
+use crate::backend::LockKeys;
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("abandon.lua")));
+
+/// Remove every trace of the acquisition `token`: its lock (if an attempt
+/// whose reply never came got it) and its place in line, telling the next
+/// waiter when the lock is free. Returns whether it held the lock.
+pub(crate) async fn abandon<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    publish: &str,
+) -> Result<bool, ScriptError> {
+    let mut cmd = evalsha(&SCRIPT, 3);
+    cmd.arg(&keys.lock)
+        .arg(&keys.line)
+        .arg(&keys.places)
+        .arg(token)
+        .arg(&keys.channel)
+        .arg(publish);
+    let held: i64 = invoke(&SCRIPT, &cmd, con).await?;
+    Ok(held == 1)
+}

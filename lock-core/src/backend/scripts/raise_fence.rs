@@ -1,0 +1,29 @@
+//! `raise_fence.lua`: level a fencing counter up to an issued token (Redlock).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke};
+use crate::backend::connect::millis;
+use crate::backend::{FENCE_MEMORY, LockKeys, Owned};
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("raise_fence.lua")));
+
+/// Raise the lock's counter to at least `fence` if `token` still holds it.
+pub(crate) async fn raise_fence<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    fence: u64,
+    ttl: Duration,
+) -> Result<Owned, ScriptError> {
+    let mut cmd = evalsha(&SCRIPT, 2);
+    cmd.arg(&keys.lock)
+        .arg(&keys.fence)
+        .arg(token)
+        .arg(fence)
+        .arg(millis(ttl + FENCE_MEMORY));
+    let code: i64 = invoke(&SCRIPT, &cmd, con).await?;
+    Ok(Owned::from_code(code))
+}

@@ -1,0 +1,44 @@
+//! `release.lua`: give a lock back if it is ours, and say who is next.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke};
+use crate::backend::connect::millis;
+use crate::backend::{LockKeys, Owned};
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("release.lua")));
+
+/// What `release.lua` did.
+#[derive(Debug)]
+pub(crate) struct Released {
+    pub(crate) owned: Owned,
+    /// The first waiter in line, told it is next (only when the key was deleted).
+    pub(crate) next: Option<String>,
+}
+
+/// Delete the lock if `token` holds it (or, with a non-zero `keep`, let it
+/// expire after `keep`), announcing it on the lock's channel with `publish`
+/// (`PUBLISH`, or `SPUBLISH` on Cluster).
+pub(crate) async fn release<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    keep: Duration,
+    publish: &str,
+) -> Result<Released, ScriptError> {
+    let mut cmd = evalsha(&SCRIPT, 3);
+    cmd.arg(&keys.lock)
+        .arg(&keys.line)
+        .arg(&keys.places)
+        .arg(token)
+        .arg(if keep.is_zero() { 0 } else { millis(keep) })
+        .arg(&keys.channel)
+        .arg(publish);
+    let (code, next): (i64, Option<String>) = invoke(&SCRIPT, &cmd, con).await?;
+    Ok(Released {
+        owned: Owned::from_code(code),
+        next,
+    })
+}
