@@ -12,15 +12,13 @@
 //!
 //! Without a reachable Redis it runs on leasehold's in-memory backend and an
 //! in-process market whose WATCH is a version check. The same simulation
-//! is scenario S8 of `cargo bench --bench locks`.
-
-#[path = "../benches/locks/marketplace.rs"]
-mod marketplace;
+//! (`leasehold_bench::marketplace`, in `lock-bench/src/`) is scenario S8 of
+//! `cargo bench --workspace --bench locks`.
 
 use std::time::Duration;
 
 use leasehold::LockClient;
-use marketplace::{Config, Store, Variant};
+use leasehold_bench::marketplace::{self, Config, Store, Variant};
 
 /// Per configuration and variant: 9 runs, about 13 s in all.
 const WINDOW: Duration = Duration::from_millis(1400);

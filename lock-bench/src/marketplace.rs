@@ -10,7 +10,7 @@
 //! Listing is the same in all three (the book's `list_item`: `WATCH` on the
 //! seller's own inventory, which nobody else touches). The locks are
 //! leasehold locks. Shared by the `locks` benchmark (scenario S8) and
-//! `examples/marketplace.rs`; the store is a Redis server, or an in-process
+//! `examples/marketplace.rs` (the facade's); the store is a Redis server, or an in-process
 //! stand-in (the example's fallback) whose WATCH is a version check and
 //! where every operation yields once, standing for the round trip.
 //!
@@ -18,13 +18,11 @@
 //! `"<n>.<seller>"` → price), `{ns}users:<id>` (hash, field `funds`),
 //! `{ns}inventory:<id>` (set).
 
-#![allow(dead_code)]
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use leasehold::{LockClient, LockError};
+use leasehold_core::{LockClient, LockError};
 use redis::aio::MultiplexedConnection;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
