@@ -42,6 +42,7 @@
 //! hour past the last acquisition) and the channel `leasehold:{K}:released`.
 //! Lock keys may not contain `}`.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod client;
