@@ -20,7 +20,7 @@ mod support;
 use std::time::Instant;
 
 use adapters::Kind;
-use leasehold_bench::marketplace::Variant;
+use marketplace::Variant;
 use report::{Check, Record, Row};
 use scenarios::{Ctx, Knobs, contention, market, reentry, renewal, throughput};
 use support::RedisServer;

@@ -9,10 +9,11 @@
 //!
 //! Listing is the same in all three (the book's `list_item`: `WATCH` on the
 //! seller's own inventory, which nobody else touches). The locks are
-//! leasehold locks. Shared by the `locks` benchmark (scenario S8) and
-//! `examples/marketplace.rs` (the facade's); the store is a Redis server, or an in-process
-//! stand-in (the example's fallback) whose WATCH is a version check and
-//! where every operation yields once, standing for the round trip.
+//! leasehold locks. This file is a module of `examples/marketplace` and the
+//! library `marketplace` of the `locks` benchmark (`lock-bench/`, scenario
+//! S8). The store is a Redis server, or an in-process stand-in (the
+//! example's fallback) whose WATCH is a version check and where every
+//! operation yields once, standing for the round trip.
 //!
 //! Redis layout under a namespace `ns`: `{ns}market:` (sorted set
 //! `"<n>.<seller>"` → price), `{ns}users:<id>` (hash, field `funds`),
@@ -22,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use leasehold_core::{LockClient, LockError};
+use leasehold::{LockClient, LockError};
 use redis::aio::MultiplexedConnection;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
