@@ -4,9 +4,9 @@
 //! `examples/marketplace/simulation.rs`.
 
 use leasehold::LockClient;
+use marketplace::{self, Config, Store, Variant};
 
 use super::Ctx;
-use marketplace::{self, Config, Store, Variant};
 use crate::report::{Record, Row, Value};
 use crate::stats::us;
 
