@@ -70,6 +70,8 @@
 //! layer reject a holder that was paused past its lease, which is the only
 //! protection against that case.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
     LockRequest, LostCause, MAX_WAIT, fencing_token, set_global_client,

@@ -1,5 +1,6 @@
 //! `LockClient::connect_cluster` against a real Redis Cluster of 3 masters
 //! (each test forms its own, so slot migrations never leak between tests).
+#![cfg(feature = "cluster")]
 
 mod support;
 

@@ -74,6 +74,7 @@
 //! `limits`, `token`, `error` (leaves). Each module imports only modules to
 //! its right.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Leaves first: each module imports only modules listed above it.
 mod backend;

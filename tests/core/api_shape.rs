@@ -44,6 +44,7 @@ async fn constructors_accept_any_string_iterables() {
     fn assert_future<F: Future>(_: F) {}
     assert_future(LockClient::connect_redlock(["redis://a", "redis://b"]));
     assert_future(LockClient::connect_redlock(vec![String::from("redis://a")]));
+    #[cfg(feature = "cluster")]
     assert_future(LockClient::connect_cluster(&["redis://a"]));
     let key = String::from("borrowed");
     let _request: LockRequest = LockClient::in_memory().lock(&*key);

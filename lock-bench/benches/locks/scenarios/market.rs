@@ -1,12 +1,12 @@
 //! S8 marketplace (Redis in Action, ch. 6): WATCH/MULTI/EXEC vs one market
 //! lock vs a lock per item, at 1 × 1, 5 × 1 and 5 × 5 sellers × buyers.
-//! The simulation itself is `../marketplace.rs`, shared with
-//! `examples/marketplace.rs`.
+//! The simulation itself is this package's library `marketplace`, which is
+//! `examples/marketplace/simulation.rs`.
 
 use leasehold::LockClient;
+use marketplace::{self, Config, Store, Variant};
 
 use super::Ctx;
-use crate::marketplace::{self, Config, Store, Variant};
 use crate::report::{Record, Row, Value};
 use crate::stats::us;
 

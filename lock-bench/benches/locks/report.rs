@@ -365,7 +365,7 @@ pub fn jsonl_path() -> PathBuf {
         (deps.file_name()? == "deps").then(|| target.to_path_buf())
     });
     from_exe
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
         .join("bench")
         .join("locks.jsonl")
 }

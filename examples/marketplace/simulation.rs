@@ -9,16 +9,15 @@
 //!
 //! Listing is the same in all three (the book's `list_item`: `WATCH` on the
 //! seller's own inventory, which nobody else touches). The locks are
-//! leasehold locks. Shared by the `locks` benchmark (scenario S8) and
-//! `examples/marketplace.rs`; the store is a Redis server, or an in-process
-//! stand-in (the example's fallback) whose WATCH is a version check and
-//! where every operation yields once, standing for the round trip.
+//! leasehold locks. This file is a module of `examples/marketplace` and the
+//! library `marketplace` of the `locks` benchmark (`lock-bench/`, scenario
+//! S8). The store is a Redis server, or an in-process stand-in (the
+//! example's fallback) whose WATCH is a version check and where every
+//! operation yields once, standing for the round trip.
 //!
 //! Redis layout under a namespace `ns`: `{ns}market:` (sorted set
 //! `"<n>.<seller>"` → price), `{ns}users:<id>` (hash, field `funds`),
 //! `{ns}inventory:<id>` (set).
-
-#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};

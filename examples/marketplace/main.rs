@@ -11,22 +11,22 @@
 //! ```
 //!
 //! Without a reachable Redis it runs on leasehold's in-memory backend and an
-//! in-process market whose WATCH is a version check. The same simulation
-//! is scenario S8 of `cargo bench --bench locks`.
+//! in-process market whose WATCH is a version check. The simulation
+//! (`simulation.rs`) is also scenario S8 of `cargo bench --workspace --bench locks`,
+//! whose package (`lock-bench/`) builds it as its library `marketplace`.
 
-#[path = "../benches/locks/marketplace.rs"]
-mod marketplace;
+mod simulation;
 
 use std::time::Duration;
 
 use leasehold::LockClient;
-use marketplace::{Config, Store, Variant};
+use simulation::{Config, Store, Variant};
 
 /// Per configuration and variant: 9 runs, about 13 s in all.
 const WINDOW: Duration = Duration::from_millis(1400);
 
 #[tokio::main]
-async fn main() -> Result<(), marketplace::BoxError> {
+async fn main() -> Result<(), simulation::BoxError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let (store, locks, where_) = match connect(&url).await {
         Ok((client, locks)) => (Store::Redis(client), locks, format!("Redis at {url}")),
@@ -57,8 +57,8 @@ async fn main() -> Result<(), marketplace::BoxError> {
                 duration: WINDOW,
             };
             let run_ns = format!("{ns}{sellers}x{buyers}:{}:", variant.id());
-            let outcome = marketplace::run(&store, &locks, variant, config, &run_ns).await;
-            marketplace::cleanup(&store, &run_ns).await?;
+            let outcome = simulation::run(&store, &locks, variant, config, &run_ns).await;
+            simulation::cleanup(&store, &run_ns).await?;
             let outcome = outcome?;
             println!(
                 "  {} {:<18} {:>8.0} purchases/s, {:>6.2} retries per purchase",
@@ -70,7 +70,7 @@ async fn main() -> Result<(), marketplace::BoxError> {
             rows.push((config, variant, outcome));
         }
     }
-    println!("\n{}", marketplace::table(&rows));
+    println!("\n{}", simulation::table(&rows));
     println!(
         "retries: purchases attempted again (an aborted EXEC, or a lock still busy after waiting);\n\
          misses: items sold to another buyer first (the buyer moves on); ok: money conserved and\n\
@@ -80,7 +80,7 @@ async fn main() -> Result<(), marketplace::BoxError> {
 }
 
 /// A Redis client and a leasehold client, both answering within a second.
-async fn connect(url: &str) -> Result<(redis::Client, LockClient), marketplace::BoxError> {
+async fn connect(url: &str) -> Result<(redis::Client, LockClient), simulation::BoxError> {
     let client = redis::Client::open(url)?;
     let mut conn = tokio::time::timeout(
         Duration::from_secs(1),

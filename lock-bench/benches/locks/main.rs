@@ -1,4 +1,4 @@
-//! `cargo bench --bench locks [-- --quick] [S1 S3 ...] [--impls raw,leasehold] [--reps N]`
+//! `cargo bench --workspace --bench locks [-- --quick] [S1 S3 ...] [--impls raw,leasehold] [--reps N]`
 //!
 //! leasehold side by side with the raw Redis limit and the crates.io peers,
 //! in one run on redis-server processes of its own (free loopback ports, the
@@ -11,11 +11,10 @@
 //! interleaved) and reports the median; `--quick` runs each once, shorter.
 
 mod adapters;
-mod marketplace;
 mod report;
 mod scenarios;
 mod stats;
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 use std::time::Instant;
@@ -26,7 +25,7 @@ use report::{Check, Record, Row};
 use scenarios::{Ctx, Knobs, contention, market, reentry, renewal, throughput};
 use support::RedisServer;
 
-const USAGE: &str = "usage: cargo bench --bench locks -- [--quick] [--reps N] [--impls raw,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
 
 struct Args {
     quick: bool,
@@ -83,7 +82,7 @@ fn main() {
         Ok(Some(args)) => args,
         Ok(None) => {
             println!(
-                "locks benchmark: run it with `cargo bench --bench locks` (skipped under cargo test)"
+                "locks benchmark: run it with `cargo bench --workspace --bench locks` (skipped under cargo test)"
             );
             return;
         }
