@@ -70,6 +70,7 @@
 //! layer reject a holder that was paused past its lease, which is the only
 //! protection against that case.
 
+pub use leasehold_core::schedule;
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
     LockRequest, LostCause, MAX_WAIT, fencing_token, set_global_client,

@@ -52,6 +52,7 @@ mod guard;
 mod lease;
 mod reentrancy;
 mod request;
+pub mod schedule;
 mod scripts;
 mod token;
 mod waiting;
