@@ -101,6 +101,23 @@ async fn with_items() -> Option<u32> {
     Some(helper())
 }
 
+#[distributed_lock(key = "todo")]
+async fn not_written_yet() -> Result<u32, AppError> {
+    todo!()
+}
+
+#[distributed_lock(key = "forever", renew)]
+async fn runs_forever() {
+    loop {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[distributed_lock(key = "panics")]
+async fn panics() -> Option<u8> {
+    panic!("a body that diverges")
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     leasehold::set_global_client(LockClient::in_memory());
@@ -121,4 +138,6 @@ async fn main() {
     assert_eq!(ends_in_loop().await.ok(), Some(3));
     assert_eq!(ends_in_await().await.ok(), Some(1));
     assert_eq!(with_items().await, Some(5));
+    // Diverging bodies compile without `unreachable_code` warnings.
+    let _ = (not_written_yet, runs_forever, panics);
 }
