@@ -282,6 +282,9 @@ impl Params {
                 names.join(", ")
             )
         };
+        if self.slot.is_some() {
+            text.push_str("; with `every`, `<slot>` is the schedule slot");
+        }
         if let Some(pattern) = self.unnamed.first() {
             text.push_str(&format!(
                 "; the parameter `{pattern}` binds no name that a key can use: to use it, bind \
@@ -848,6 +851,13 @@ mod tests {
             ]
         );
         assert_eq!(errors("r:<slot.x>", "async fn f()").len(), 1);
+        assert_eq!(
+            errors("r:<nope>", "async fn f(n: u8)"),
+            vec![
+                "placeholder `<nope>` names no parameter of `f`; the parameters of `f` are `n`; \
+                 with `every`, `<slot>` is the schedule slot"
+            ]
+        );
         // Without `every`, `<slot>` is an ordinary placeholder.
         assert_eq!(
             rejection("r:<slot>", "async fn f(n: u8)"),
