@@ -1,33 +1,44 @@
-//! A scheduled job on three instances of one service: each tick, exactly one
-//! instance runs it, the others skip.
+//! A scheduled job on three instances of one service: exactly one run per
+//! period, although the instances' timers fire at different moments.
 //!
-//! Every instance runs the same `tokio::time::interval` loop and calls
-//! `report()` on each tick. The function is annotated with
-//! `#[distributed_lock(key = "report", ttl = "5s", at_least = "800ms")]`
-//! and returns `()`: an instance that finds the lock taken skips the run.
+//! Every instance runs its own `tokio::time::interval(1 s)`, started whenever
+//! the instance happened to start (here 0, 350 and 700 ms apart), and calls
+//! `report()` on each tick. The job is annotated with
 //!
-//! The instances' clocks are not quite in step (simulated: each tick, a
-//! different instance is up to 120 ms late). The report takes 50 ms, so
-//! without `at_least` a late instance would find the lock already released
-//! and run the report a second time. `at_least = "800ms"` keeps the key for
-//! 800 ms after the start, longer than any skew, shorter than the period.
+//! ```text
+//! #[distributed_lock(key = "report", every = "1s")]
+//! ```
+//!
+//! `every` keys the lock by the wall-clock slot the call falls in
+//! (`report:<slot start in unix seconds>`) and keeps the key until the slot
+//! ends. The first instance to fire in a slot runs the report; the others,
+//! firing later in the same slot, find the slot taken and skip. A fixed key
+//! with `at_least` would not do: an instance that fires after `at_least` ran
+//! out, but within the same period, runs the job a second time.
+//!
+//! The instances here are three clients in one process; three processes (or
+//! machines with synchronized clocks) on one Redis behave the same, which
+//! `tests/macros/schedule.rs` checks with real processes. To fire together
+//! instead of at random phases, use `leasehold::schedule::aligned_interval`.
 //!
 //! Run it with `cargo run --example scheduled` (Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`; without a Redis it says so and runs in memory).
-//! It stops after five ticks.
+//! `redis://127.0.0.1:6379`). Without a Redis it runs on the in-memory
+//! backend, **for this demo only**: in-memory locks do not leave the process,
+//! so a real service must never fall back to them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use leasehold::schedule::{self, Slot};
 use leasehold::{LockClient, distributed_lock};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 
 const INSTANCES: usize = 3;
 const TICKS: u64 = 5;
 const PERIOD: Duration = Duration::from_secs(1);
-/// How late the latest instance is on a tick.
-const SKEW_STEP: Duration = Duration::from_millis(60);
+/// How far apart the instances' timers start.
+const PHASE: Duration = Duration::from_millis(350);
 
 /// One instance of the service: its own lock client, like a separate machine.
 struct Instance {
@@ -38,25 +49,32 @@ struct Instance {
 }
 
 impl Instance {
-    /// The job. On a busy lock the attribute skips the body and returns `()`.
-    #[distributed_lock(key = "report", ttl = "5s", at_least = "800ms", client = self.locks.clone())]
-    async fn report(&self, tick: u64, started: Instant) {
-        let token = leasehold::fencing_token().unwrap_or(0);
+    /// The job: once per one-second slot across all instances. On a taken
+    /// slot the attribute skips the body and returns `()`.
+    #[distributed_lock(key = "report", every = "1s", client = self.locks.clone())]
+    async fn report(&self) {
+        let slot = schedule::current_slot().map_or(0, |slot| slot.id());
         self.runs.fetch_add(1, Ordering::SeqCst);
-        println!(
-            "  tick {tick} (+{:>4} ms): {} runs the report (fencing token {token})",
-            started.elapsed().as_millis(),
-            self.name
-        );
+        println!("  slot {slot}: {} runs the report", self.name);
         // Building the report.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
 
-/// How late instance `n` is on `tick`: each tick a different instance is first.
-fn skew(n: usize, tick: u64) -> Duration {
-    let place = (n as u64 + tick) % INSTANCES as u64;
-    SKEW_STEP * u32::try_from(place).unwrap_or(0)
+    /// The instance's own timer, started `delay` after the others'.
+    async fn run(self: Arc<Self>, delay: Duration) {
+        tokio::time::sleep(delay).await;
+        let mut ticks = tokio::time::interval(PERIOD);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        for _ in 0..TICKS {
+            ticks.tick().await;
+            let slot = Slot::now(PERIOD).id();
+            let before = self.runs.load(Ordering::SeqCst);
+            self.report().await;
+            if self.runs.load(Ordering::SeqCst) == before {
+                println!("  slot {slot}: {} skips, the slot was taken", self.name);
+            }
+        }
+    }
 }
 
 /// Connect one instance's client; `None` if Redis does not answer.
@@ -76,7 +94,8 @@ async fn clients(url: &str) -> Vec<LockClient> {
             Some(client) => clients.push(client),
             None => {
                 println!(
-                    "Notice: running with leasehold's in-memory backend instead (one process, same semantics)."
+                    "DEMO ONLY: running on leasehold's in-memory backend, whose locks do not \
+                     leave this process. Never fall back to it in a service."
                 );
                 return (0..INSTANCES).map(|_| LockClient::in_memory()).collect();
             }
@@ -103,58 +122,32 @@ async fn main() {
         .collect();
 
     println!(
-        "{INSTANCES} instances run the report every {PERIOD:?}, {TICKS} times; one runs it per tick.\n"
+        "{INSTANCES} instances call the report every {PERIOD:?}, {TICKS} times each, their timers \
+         {PHASE:?} apart; one runs it per slot.\n"
     );
-    // Start on a fresh period: an earlier run's `at_least` has expired by then.
-    let start = Instant::now() + Duration::from_millis(900);
-    let mut interval = tokio::time::interval_at(start, PERIOD);
-    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut ran_total = 0;
-    for tick in 1..=TICKS {
-        let started = interval.tick().await;
-        let before: Vec<u64> = instances
-            .iter()
-            .map(|i| i.runs.load(Ordering::SeqCst))
-            .collect();
-        let calls: Vec<_> = instances
-            .iter()
-            .enumerate()
-            .map(|(n, instance)| {
-                let instance = instance.clone();
-                let late = skew(n, tick);
-                tokio::spawn(async move {
-                    tokio::time::sleep(late).await;
-                    instance.report(tick, started).await;
-                })
-            })
-            .collect();
-        for call in calls {
-            if let Err(e) = call.await {
-                eprintln!("an instance failed: {e}");
-            }
+    let timers: Vec<_> = instances
+        .iter()
+        .enumerate()
+        .map(|(n, instance)| {
+            let delay = PHASE * u32::try_from(n).unwrap_or(0);
+            tokio::spawn(instance.clone().run(delay))
+        })
+        .collect();
+    for timer in timers {
+        if let Err(e) = timer.await {
+            eprintln!("an instance failed: {e}");
         }
-        let mut skipped = Vec::new();
-        for (n, (instance, before)) in instances.iter().zip(before).enumerate() {
-            if instance.runs.load(Ordering::SeqCst) == before {
-                let late = skew(n, tick);
-                skipped.push(format!("{} (+{} ms)", instance.name, late.as_millis()));
-            } else {
-                ran_total += 1;
-            }
-        }
-        println!(
-            "  tick {tick}: skipped, the lock was taken: {}",
-            skipped.join(", ")
-        );
     }
 
     println!();
-    println!("{ran_total} runs in {TICKS} ticks.");
+    let mut total = 0;
     for instance in &instances {
-        println!(
-            "{}: ran {} time(s)",
-            instance.name,
-            instance.runs.load(Ordering::SeqCst)
-        );
+        let runs = instance.runs.load(Ordering::SeqCst);
+        total += runs;
+        println!("{}: ran {runs} time(s)", instance.name);
     }
+    println!(
+        "{total} runs for {} calls: one per slot.",
+        TICKS * INSTANCES as u64
+    );
 }

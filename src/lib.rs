@@ -72,92 +72,13 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub use leasehold_core::schedule;
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
     LockRequest, LostCause, MAX_WAIT, fencing_token, set_global_client,
 };
-/// # Compiling examples
-///
-/// Every option, on functions and methods (the `client`s here are in-memory so
-/// that the examples run as doc tests; a Redis client works the same):
-///
-/// ```
-/// use std::time::Duration;
-/// use leasehold::{distributed_lock, LockClient, LockError};
-///
-/// #[derive(Debug, PartialEq)]
-/// enum AppError { Lock(LockError) }
-/// impl From<LockError> for AppError {
-///     fn from(e: LockError) -> Self { AppError::Lock(e) }
-/// }
-///
-/// struct Order { id: u64 }
-///
-/// // Required `key`, with a placeholder naming a field of a parameter;
-/// // `wait`: wait up to 2 s for a busy lock, then Err(AppError::Lock(Busy)).
-/// #[distributed_lock(key = "order:<order.id>", ttl = "10s", wait = "2s")]
-/// async fn pay(order: &Order) -> Result<u64, AppError> {
-///     Ok(order.id * 100)
-/// }
-///
-/// // `()`: skipped (and logged) when another instance holds the lock;
-/// // `at_least`: the key stays 30 s after the start, so a late instance skips too.
-/// #[distributed_lock(key = "report", ttl = "5m", renew, at_least = "30s")]
-/// async fn nightly_report() {}
-///
-/// // `Option`: None when the lock is not obtained.
-/// #[distributed_lock(key = "cache-warm:<region>", ttl = "1m30s")]
-/// async fn warm_cache(region: &str) -> Option<usize> {
-///     Some(region.len())
-/// }
-///
-/// struct Service { locks: LockClient, shard: u32 }
-///
-/// impl Service {
-///     // `client = expr` may use `self`; `<self.field>` placeholders too.
-///     #[distributed_lock(key = "compact:<self.shard>", renew, client = self.locks.clone())]
-///     async fn compact(&self) -> Result<(), AppError> {
-///         // The fencing token of the lock this body runs under:
-///         assert!(leasehold::fencing_token().is_some());
-///         Ok(())
-///     }
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// leasehold::set_global_client(LockClient::in_memory());
-/// assert_eq!(pay(&Order { id: 7 }).await, Ok(700));
-/// nightly_report().await;
-/// assert_eq!(warm_cache("eu").await, Some(2));
-/// let service = Service { locks: LockClient::in_memory(), shard: 3 };
-/// service.compact().await.unwrap();
-///
-/// // Busy: another owner holds the order's lock longer than `wait`.
-/// let other = LockClient::in_memory();
-/// let _held = other.lock("order:8").ttl(Duration::from_secs(60)).acquire().await.unwrap();
-/// let err = pay(&Order { id: 8 }).await.unwrap_err();
-/// assert_eq!(err, AppError::Lock(LockError::Busy { key: "order:8".into() }));
-/// # }
-/// ```
-///
-/// When the lease is lost while the body runs (a refused renewal, or the ttl
-/// passing without `renew`), the body is dropped at its next `.await` and the
-/// function returns `LockFallback::from_lock_error(LockError::Lost { .. })`:
-///
-/// ```
-/// use leasehold::{distributed_lock, LockError};
-///
-/// #[distributed_lock(key = "slow", ttl = "100ms", client = leasehold::LockClient::in_memory())]
-/// async fn slow() -> Result<&'static str, LockError> {
-///     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-///     Ok("never reached")
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// assert_eq!(slow().await, Err(LockError::Lost { key: "slow".into(), cause: leasehold::LostCause::Expired }));
-/// # }
-/// ```
+// No doc comment here: the macro's own documentation (summary, options, runnable
+// examples, tested by `cargo test --doc -p leasehold-macros`) shows as is.
 pub use leasehold_macros::distributed_lock;
 
 /// Items used by the code `#[distributed_lock]` generates. Not public API.

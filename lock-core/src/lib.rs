@@ -76,7 +76,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// Leaves first: each module imports only modules listed above it.
+// The order in which modules depend on each other is in the code map above.
 mod backend;
 mod client;
 mod config;
@@ -88,6 +88,7 @@ mod lease;
 mod limits;
 mod reentrancy;
 mod request;
+pub mod schedule;
 mod token;
 mod waiting;
 mod watchdog;

@@ -17,10 +17,13 @@ mod kw {
     syn::custom_keyword!(renew);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(at_least);
+    syn::custom_keyword!(max_hold);
+    syn::custom_keyword!(every);
     syn::custom_keyword!(client);
 }
 
-const OPTIONS: &str = "`key`, `ttl`, `renew`, `wait`, `at_least`, `client`, `crate`";
+const OPTIONS: &str =
+    "`key`, `ttl`, `renew`, `wait`, `at_least`, `max_hold`, `every`, `client`, `crate`";
 
 /// Collects errors so that they are reported together.
 #[derive(Default)]
@@ -52,9 +55,13 @@ impl Errors {
     }
 }
 
-/// A duration option, in milliseconds.
+/// A duration option, in milliseconds, and where it was written.
 pub(crate) struct DurationOption {
     pub millis: u64,
+    /// The option's keyword.
+    pub keyword: Span,
+    /// The string literal.
+    pub span: Span,
 }
 
 impl DurationOption {
@@ -72,6 +79,8 @@ pub(crate) struct Args {
     pub renew: bool,
     pub wait: Option<DurationOption>,
     pub at_least: Option<DurationOption>,
+    pub max_hold: Option<DurationOption>,
+    pub every: Option<DurationOption>,
     pub client: Option<Expr>,
     pub krate: Option<Path>,
     pub errors: Errors,
@@ -126,11 +135,42 @@ impl Parse for Args {
                  as in `key = \"job:<id>\"`",
             ));
         }
+        args.check_combinations();
         Ok(args)
     }
 }
 
 impl Args {
+    /// Options that are valid alone but not together.
+    fn check_combinations(&mut self) {
+        if let Some(max_hold) = &self.max_hold
+            && !self.renew
+        {
+            self.errors.push(syn::Error::new(
+                max_hold.keyword,
+                "`max_hold` limits renewal, so it needs `renew`: without `renew` the lease \
+                 already ends after `ttl`",
+            ));
+        }
+        if self.every.is_some() {
+            if let Some(at_least) = &self.at_least {
+                self.errors.push(syn::Error::new(
+                    at_least.keyword,
+                    "`at_least` cannot be combined with `every`: `every` already keeps the key \
+                     until the end of the slot",
+                ));
+            }
+            if let Some(wait) = &self.wait {
+                self.errors.push(syn::Error::new(
+                    wait.keyword,
+                    "`wait` cannot be combined with `every`: the lock of a slot is kept until the \
+                     slot ends, so a waiting process would run the job a second time for that \
+                     slot; leave `wait` out so that the other processes skip",
+                ));
+            }
+        }
+    }
+
     /// Parses one option; on error the caller skips to the next `,`.
     fn parse_option(&mut self, input: ParseStream, seen: &mut Seen) -> syn::Result<()> {
         if input.peek(kw::key) {
@@ -147,6 +187,20 @@ impl Args {
         } else if input.peek(kw::at_least) {
             let keyword: kw::at_least = input.parse()?;
             self.at_least = Some(duration_value(input, seen, "at_least", keyword.span)?);
+        } else if input.peek(kw::max_hold) {
+            let keyword: kw::max_hold = input.parse()?;
+            self.max_hold = Some(duration_value(input, seen, "max_hold", keyword.span)?);
+        } else if input.peek(kw::every) {
+            let keyword: kw::every = input.parse()?;
+            let every = duration_value(input, seen, "every", keyword.span)?;
+            if every.millis % 1000 != 0 {
+                return Err(syn::Error::new(
+                    every.span,
+                    "`every` must be a whole number of seconds, as in `every = \"1m\"` or \
+                     `every = \"90s\"`: a slot is named by its start in unix seconds",
+                ));
+            }
+            self.every = Some(every);
         } else if input.peek(kw::renew) {
             let keyword: kw::renew = input.parse()?;
             seen.first("renew", keyword.span)?;
@@ -206,7 +260,9 @@ fn string_value(
     if input.peek(LitStr) {
         return input.parse();
     }
-    let hint = if input.peek(syn::LitInt) && matches!(name, "ttl" | "wait" | "at_least") {
+    let hint = if input.peek(syn::LitInt)
+        && matches!(name, "ttl" | "wait" | "at_least" | "max_hold" | "every")
+    {
         ", with a unit"
     } else {
         ""
@@ -225,7 +281,11 @@ fn duration_value(
     seen.first(name, keyword)?;
     let lit = string_value(input, name, keyword, "\"10s\"")?;
     let millis = duration::parse_lit(name, &lit)?;
-    Ok(DurationOption { millis })
+    Ok(DurationOption {
+        millis,
+        keyword,
+        span: lit.span(),
+    })
 }
 
 fn equals(input: ParseStream, name: &str, keyword: Span, example: &str) -> syn::Result<()> {
@@ -347,7 +407,7 @@ mod tests {
             errors(quote::quote!(key = "k", timeout = "1s")),
             vec![
                 "unknown option `timeout`; the options are `key`, `ttl`, `renew`, `wait`, \
-                 `at_least`, `client`, `crate`"
+                 `at_least`, `max_hold`, `every`, `client`, `crate`"
             ]
         );
         assert_eq!(errors(quote::quote!(key = "k", fn)).len(), 1);
@@ -455,6 +515,74 @@ mod tests {
         ));
         assert_eq!(errors.len(), 7, "{errors:#?}");
         assert!(errors[6].starts_with("missing option `key`"));
+    }
+
+    #[test]
+    fn max_hold() {
+        let args = parse(quote::quote!(key = "k", renew, max_hold = "10m"));
+        assert!(args.errors.is_empty());
+        assert_eq!(args.max_hold.map(|d| d.millis), Some(600_000));
+        assert_eq!(
+            errors(quote::quote!(
+                key = "k",
+                renew,
+                max_hold = "1m",
+                max_hold = "2m"
+            )),
+            vec!["duplicate option `max_hold`: give each option at most once"]
+        );
+        let zero = errors(quote::quote!(key = "k", renew, max_hold = "0s"));
+        assert_eq!(zero.len(), 1);
+        assert!(
+            zero[0].starts_with(
+                "invalid `max_hold` duration \"0s\": the duration must be greater than zero"
+            ),
+            "{zero:?}"
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", max_hold = "10m")),
+            vec![
+                "`max_hold` limits renewal, so it needs `renew`: without `renew` the lease \
+                 already ends after `ttl`"
+            ]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", renew, max_hold = 10)),
+            vec!["`max_hold` takes a string literal, with a unit, as in `max_hold = \"10s\"`"]
+        );
+    }
+
+    #[test]
+    fn every() {
+        let args = parse(quote::quote!(key = "k", every = "1m", renew));
+        assert!(args.errors.is_empty());
+        assert_eq!(args.every.map(|d| d.millis), Some(60_000));
+        assert_eq!(
+            errors(quote::quote!(key = "k", every = "1500ms")),
+            vec![
+                "`every` must be a whole number of seconds, as in `every = \"1m\"` or \
+                 `every = \"90s\"`: a slot is named by its start in unix seconds"
+            ]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", every = "1m", at_least = "10s")),
+            vec![
+                "`at_least` cannot be combined with `every`: `every` already keeps the key \
+                 until the end of the slot"
+            ]
+        );
+        let wait = errors(quote::quote!(key = "k", every = "1m", wait = "10s"));
+        assert_eq!(wait.len(), 1);
+        assert!(
+            wait[0].starts_with("`wait` cannot be combined with `every`"),
+            "{wait:?}"
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", every = "1m", every = "2m")).len(),
+            1
+        );
+        assert_eq!(errors(quote::quote!(key = "k", every = "0s")).len(), 1);
+        assert_eq!(errors(quote::quote!(key = "k", every = "8761h")).len(), 1);
     }
 
     #[test]

@@ -7,9 +7,58 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use syn::LitStr;
 
-/// The longest duration accepted: 7 days. Anything longer is almost certainly a
-/// mistake (a lease nobody can take over for a week).
-pub(crate) const MAX_MILLIS: u64 = 7 * 24 * 60 * 60 * 1000;
+const DAY_MILLIS: u64 = 24 * 60 * 60 * 1000;
+
+/// The longest lease: 365 days, what `LockRequest::ttl` and `LockRequest::at_least`
+/// accept (`leasehold::MAX_TTL`, in leasehold-core's `limits.rs`; keep the two equal).
+pub(crate) const MAX_TTL_MILLIS: u64 = 365 * DAY_MILLIS;
+
+/// The longest wait: 3650 days, `leasehold::MAX_WAIT` (longer waits are capped to it
+/// by `LockRequest::wait`, so a longer literal in the attribute is a mistake).
+pub(crate) const MAX_WAIT_MILLIS: u64 = 3650 * DAY_MILLIS;
+
+/// The largest duration any option accepts; [`parse`] rejects anything longer.
+pub(crate) const MAX_MILLIS: u64 = MAX_WAIT_MILLIS;
+
+/// The longest duration an option accepts, and how the error message names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limit {
+    pub millis: u64,
+    pub text: &'static str,
+}
+
+/// What [`parse`] accepts at most, whatever the option.
+const ANY: Limit = Limit {
+    millis: MAX_MILLIS,
+    text: "3650 days (87600h)",
+};
+
+/// The limit of each duration option: the same as the request builder's.
+pub(crate) fn limit(option: &str) -> Limit {
+    match option {
+        "ttl" => Limit {
+            millis: MAX_TTL_MILLIS,
+            text: "365 days (8760h), the longest lease `LockRequest::ttl` accepts",
+        },
+        "at_least" => Limit {
+            millis: MAX_TTL_MILLIS,
+            text: "365 days (8760h), the longest `LockRequest::at_least` accepts",
+        },
+        "every" => Limit {
+            millis: MAX_TTL_MILLIS,
+            text: "365 days (8760h), the longest period whose slot a lock can be kept for",
+        },
+        "wait" => Limit {
+            millis: MAX_WAIT_MILLIS,
+            text: "3650 days (87600h), `leasehold::MAX_WAIT`",
+        },
+        "max_hold" => Limit {
+            millis: MAX_WAIT_MILLIS,
+            text: "3650 days (87600h), the longest duration leasehold waits or holds for",
+        },
+        _ => ANY,
+    }
+}
 
 /// What the error messages say about the accepted syntax.
 pub(crate) const HELP: &str = "write a number followed by a unit: `ms`, `s`, `m` (minutes) or `h`, \
@@ -36,8 +85,9 @@ pub(crate) enum DurationError {
     UnitOrder { unit: &'static str },
     /// `"0s"`, `"0m0s"`
     Zero,
-    /// More than [`MAX_MILLIS`], or a number that overflows.
-    TooLong,
+    /// More than the option's limit (at most [`MAX_MILLIS`]), or a number that
+    /// overflows.
+    TooLong { limit: &'static str },
 }
 
 impl fmt::Display for DurationError {
@@ -59,7 +109,9 @@ impl fmt::Display for DurationError {
                 "unit `{unit}` comes too late: units go from the largest to the smallest, each at most once"
             ),
             DurationError::Zero => f.write_str("the duration must be greater than zero"),
-            DurationError::TooLong => f.write_str("the duration is longer than 7 days"),
+            DurationError::TooLong { limit } => {
+                write!(f, "the duration is longer than {limit}")
+            }
         }
     }
 }
@@ -115,13 +167,14 @@ pub(crate) fn parse(input: &str) -> Result<u64, DurationError> {
             });
         }
         next_unit = index + 1;
-        let value: u64 = number.parse().map_err(|_| DurationError::TooLong)?;
+        let too_long = DurationError::TooLong { limit: ANY.text };
+        let value: u64 = number.parse().map_err(|_| too_long.clone())?;
         total = value
             .checked_mul(UNITS[index].1)
             .and_then(|millis| total.checked_add(millis))
-            .ok_or(DurationError::TooLong)?;
+            .ok_or_else(|| too_long.clone())?;
         if total > MAX_MILLIS {
-            return Err(DurationError::TooLong);
+            return Err(too_long);
         }
         rest = after_unit;
     }
@@ -131,10 +184,18 @@ pub(crate) fn parse(input: &str) -> Result<u64, DurationError> {
     Ok(total)
 }
 
-/// Parses the string literal given to option `option`, with an error at the literal.
+/// Parses the string literal given to option `option`, within the option's
+/// [`limit`], with an error at the literal.
 pub(crate) fn parse_lit(option: &str, lit: &LitStr) -> syn::Result<u64> {
     let value = lit.value();
-    parse(&value).map_err(|err| {
+    let limit = limit(option);
+    let too_long = DurationError::TooLong { limit: limit.text };
+    let parsed = match parse(&value) {
+        Ok(millis) if millis > limit.millis => Err(too_long),
+        Err(DurationError::TooLong { .. }) => Err(too_long),
+        other => other,
+    };
+    parsed.map_err(|err| {
         syn::Error::new(
             lit.span(),
             format!("invalid `{option}` duration \"{value}\": {err}; {HELP}"),
@@ -201,21 +262,52 @@ mod tests {
         assert_eq!(ok("007s"), 7_000);
     }
 
+    const TOO_LONG: DurationError = DurationError::TooLong { limit: ANY.text };
+
     #[test]
-    fn seven_days_is_the_limit() {
-        assert_eq!(ok("168h"), MAX_MILLIS);
-        assert_eq!(ok("167h60m"), MAX_MILLIS);
-        assert_eq!(err("168h1ms"), DurationError::TooLong);
-        assert_eq!(err("169h"), DurationError::TooLong);
-        assert_eq!(err("10081m"), DurationError::TooLong);
-        assert_eq!(err("604800001ms"), DurationError::TooLong);
+    fn ten_years_is_the_limit_of_the_syntax() {
+        assert_eq!(ok("87600h"), MAX_MILLIS);
+        assert_eq!(ok("87599h60m"), MAX_MILLIS);
+        assert_eq!(err("87600h1ms"), TOO_LONG);
+        assert_eq!(err("87601h"), TOO_LONG);
+        assert_eq!(err("5256001m"), TOO_LONG);
+        assert_eq!(err("315360000001ms"), TOO_LONG);
+    }
+
+    fn lit_result(option: &str, value: &str) -> Result<u64, String> {
+        let lit = LitStr::new(value, proc_macro2::Span::call_site());
+        parse_lit(option, &lit).map_err(|e| e.to_string())
+    }
+
+    /// The attribute accepts what the request builder accepts: 365 days for a
+    /// lease (`LockRequest::ttl`, `at_least`), `MAX_WAIT` for `wait`.
+    #[test]
+    fn each_option_has_the_builders_limit() {
+        for option in ["ttl", "at_least", "every"] {
+            assert_eq!(lit_result(option, "8760h"), Ok(MAX_TTL_MILLIS));
+            assert_eq!(lit_result(option, "168h1ms"), Ok(168 * 3_600_000 + 1));
+            let message = lit_result(option, "8760h1ms").unwrap_err();
+            assert!(
+                message.contains("the duration is longer than 365 days (8760h)"),
+                "{message}"
+            );
+        }
+        for option in ["wait", "max_hold"] {
+            assert_eq!(lit_result(option, "87600h"), Ok(MAX_WAIT_MILLIS));
+            let message = lit_result(option, "87601h").unwrap_err();
+            assert!(
+                message.contains("the duration is longer than 3650 days (87600h)"),
+                "{message}"
+            );
+        }
+        assert_eq!(MAX_TTL_MILLIS, 365 * 24 * 3_600_000);
     }
 
     #[test]
     fn overflow_is_too_long_not_a_panic() {
-        assert_eq!(err("99999999999999999999999s"), DurationError::TooLong);
-        assert_eq!(err("18446744073709551615h"), DurationError::TooLong);
-        assert_eq!(err("18446744073709551615ms"), DurationError::TooLong);
+        assert_eq!(err("99999999999999999999999s"), TOO_LONG);
+        assert_eq!(err("18446744073709551615h"), TOO_LONG);
+        assert_eq!(err("18446744073709551615ms"), TOO_LONG);
     }
 
     #[test]
@@ -343,7 +435,7 @@ mod tests {
     #[test]
     fn every_message_is_readable() {
         for input in [
-            "", " ", "s", "10", "1.5s", "10x", "10M", "30s1m", "0s", "169h",
+            "", " ", "s", "10", "1.5s", "10x", "10M", "30s1m", "0s", "87601h",
         ] {
             let message = err(input).to_string();
             assert!(!message.is_empty());

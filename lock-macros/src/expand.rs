@@ -37,7 +37,10 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             "#[distributed_lock] only works on async fn",
         ));
     }
-    let params = Params::of(&func.sig);
+    let mut params = Params::of(&func.sig);
+    if args.every.is_some() {
+        params = params.with_slot(local("__lh_slot"));
+    }
     let key = match &args.key {
         Some(lit) => match template::check(lit, &params) {
             Ok(key) => Some(key),
@@ -108,6 +111,7 @@ fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
     let value = local("__lh_value");
     let error = local("__lh_error");
     let never = local("__lh_never");
+    let slot = local("__lh_slot");
 
     let client_init = match &args.client {
         Some(expr) => client_expr(expr),
@@ -136,6 +140,20 @@ fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
         let d = at_least.to_tokens();
         options.extend(quote!(.at_least(#d)));
     }
+    if let Some(max_hold) = &args.max_hold {
+        let d = max_hold.to_tokens();
+        options.extend(quote!(.max_hold(#d)));
+    }
+    // `every`: the slot is computed before anything else, so that the key is
+    // kept from before the acquisition until the slot ends.
+    let slot_init = match &args.every {
+        Some(every) => {
+            let d = every.to_tokens();
+            options.extend(quote!(.at_least(#krate::schedule::Slot::keep_for(&#slot))));
+            quote!(let #slot = #krate::schedule::Slot::now(#d);)
+        }
+        None => TokenStream::new(),
+    };
 
     // Pins the output type of the body's async block to the declared return type, so
     // that `?` and `return` inside the body convert exactly as in the original fn.
@@ -158,16 +176,30 @@ fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
         TokenStream::new()
     };
 
+    // The body's statements in braces of the expansion's own (located at the
+    // user's braces): the user's block is the tail of the async block below, and
+    // rustc's `unused_braces` lint would flag a one-line body such as `{ Ok(1) }`
+    // there if its braces were the user's. Lints inside the body are unaffected.
+    let stmts = &block.stmts;
+    let mut body = Group::new(Delimiter::Brace, quote!(#(#stmts)*));
+    body.set_span(block.brace_token.span.join().resolved_at(Span::call_site()));
+    let mut future = quote!(async move { #pin_output #body });
+    if args.every.is_some() {
+        // `leasehold::schedule::current_slot()` in the body.
+        future = quote!(#krate::schedule::with_slot(#slot, #future));
+    }
+
     quote! {
         #(#outer)*
         #vis #sig {
             #(#inner)*
+            #slot_init
             let #request = {
                 let #client: &#krate::__private::LockClient = #client_init;
                 let #key_var = #key_expr;
                 #krate::__private::LockClient::lock(#client, #key_var) #options
             };
-            match #request.run(async move { #pin_output #block }).await {
+            match #request.run(#future).await {
                 ::core::result::Result::Ok(#value) => #value,
                 ::core::result::Result::Err(#error) => #fallback(#error),
             }
@@ -270,7 +302,8 @@ mod tests {
                 ttl = "10s",
                 renew,
                 wait = "2s",
-                at_least = "30s"
+                at_least = "30s",
+                max_hold = "10m"
             ),
             quote!(
                 pub async fn draw(date: u32) -> Result<u8, E> {
@@ -286,6 +319,7 @@ mod tests {
             ". renew (true)",
             ". wait (:: core :: time :: Duration :: from_millis (2000))",
             ". at_least (:: core :: time :: Duration :: from_millis (30000))",
+            ". max_hold (:: core :: time :: Duration :: from_millis (600000))",
             "< Result < u8 , E > as :: leasehold :: LockFallback > :: from_lock_error",
             "let __lh_never : Result < u8 , E > = loop { } ;",
         ] {
@@ -311,6 +345,25 @@ mod tests {
         assert!(!out.contains("global_client"));
         assert!(!out.contains(":: leasehold ::"));
         assert!(out.contains("< () as crate :: facade :: LockFallback >"));
+    }
+
+    #[test]
+    fn every_keys_by_slot_and_keeps_it() {
+        let out = expand_str(
+            quote!(key = "report", every = "1m"),
+            quote!(
+                async fn report() {}
+            ),
+        );
+        for part in [
+            "let __lh_slot = :: leasehold :: schedule :: Slot :: now (:: core :: time :: \
+             Duration :: from_millis (60000)) ;",
+            ":: std :: format ! (\"report:{}\" , __lh_slot . id ())",
+            ". at_least (:: leasehold :: schedule :: Slot :: keep_for (& __lh_slot))",
+            ":: leasehold :: schedule :: with_slot (__lh_slot , async move {",
+        ] {
+            assert!(out.contains(part), "missing {part}\nin {out}");
+        }
     }
 
     #[test]

@@ -16,13 +16,28 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn` only while it holds a distributed lock.
 ///
-/// ```ignore
-/// use leasehold::distributed_lock;
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
+/// #[derive(Debug, PartialEq)]
+/// enum AppError { Lock(LockError) }
+/// impl From<LockError> for AppError {
+///     fn from(e: LockError) -> Self { AppError::Lock(e) }
+/// }
 ///
 /// #[distributed_lock(key = "draw:<date>", ttl = "10s", renew)]
-/// async fn draw_winners(date: NaiveDate) -> Result<Vec<UserId>, AppError> {
-///     // runs on one instance at a time for a given date
+/// async fn draw_winners(date: &str) -> Result<Vec<u32>, AppError> {
+///     // Runs on one instance at a time for a given date.
+///     Ok(vec![7, 42])
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // In a service: LockClient::connect("redis://…").await?. The in-memory
+/// // backend keeps these examples self-contained; it never leaves the process.
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(draw_winners("2026-11-21").await, Ok(vec![7, 42]));
+/// # }
 /// ```
 ///
 /// Each call renders the key, takes the lock, runs the body while the lock is held,
@@ -39,6 +54,8 @@ use proc_macro::TokenStream;
 /// | `renew` | keep the lease alive while the body runs (a bare flag) | off |
 /// | `wait = "2s"` | wait this long for a busy lock before giving up | one try (skip if locked) |
 /// | `at_least = "30s"` | keep the key this long after the start, even if the body finishes sooner | off |
+/// | `max_hold = "10m"` | with `renew`: stop renewing this long after the start | off |
+/// | `every = "1m"` | key the lock by its wall-clock slot: [once per period](#every--1m) across processes | off |
 /// | `client = expr` | the `LockClient` to use | the global client |
 /// | `crate = "path"` | the path of the `leasehold` crate in generated code | `"::leasehold"` |
 ///
@@ -54,38 +71,86 @@ use proc_macro::TokenStream;
 /// - `<name>` is the parameter `name`, formatted with `Display`;
 /// - `<name.field.field>` is a field of it (`<pair.0>` for a tuple field);
 /// - `<self>` and `<self.field>` use the receiver of a method;
+/// - a name bound by a parameter written as a pattern can be used too:
+///   `Path(id): Path<u64>` gives `<id>`, `Point { x, y }: Point` gives `<x>` and
+///   `<y>`, `(a, b): (u8, u8)` gives `<a>` and `<b>`;
+/// - with [`every`](#every--1m), `<slot>` is the slot (appended as `:<slot>` when
+///   the key does not place it);
 /// - `<<` and `>>` are a literal `<` and `>`;
 /// - `}` is not allowed in a key (leasehold wraps keys in a Redis Cluster hash tag).
 ///
-/// ```ignore
+/// ```
+/// use leasehold::{distributed_lock, LockClient};
+///
+/// struct Order { id: u64 }
+/// struct Path<T>(T); // as axum's extractor
+///
 /// #[distributed_lock(key = "order:<order.id>")]
-/// async fn pay(order: &Order) -> Result<Receipt, PayError> { /* ... */ }
+/// async fn pay(order: &Order) -> Option<u64> { Some(order.id) }
+///
+/// #[distributed_lock(key = "refund:<id>")]
+/// async fn refund(Path(id): Path<u64>) -> Option<u64> { Some(id) }
+///
+/// struct Shard { id: u32 }
 ///
 /// impl Shard {
 ///     #[distributed_lock(key = "shard:<self.id>:compact")]
-///     async fn compact(&self) { /* ... */ }
+///     async fn compact(&self) -> Option<u32> { Some(self.id) }
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(pay(&Order { id: 7 }).await, Some(7));
+/// assert_eq!(Shard { id: 3 }.compact().await, Some(3));
+///
+/// // Held elsewhere under the rendered key "refund:8": the call is skipped.
+/// let held = LockClient::in_memory().lock("refund:8").acquire().await.unwrap();
+/// assert_eq!(refund(Path(8)).await, None);
+/// held.release().await.unwrap();
+/// assert_eq!(refund(Path(8)).await, Some(8));
+/// # }
 /// ```
 ///
 /// Placeholders are checked at compile time: each must name a parameter of the
-/// function (a plain `name: Type` parameter, not a pattern such as `(a, b): (u8, u8)`)
-/// or `self`. The key is rendered when the function is called, before the body
-/// runs (so before the body takes ownership of the arguments). A key without
+/// function, a name bound by one, or `self`; a parameter that binds no name
+/// (`_: T`, `Path(_): Path<T>`) cannot be used, and the error says how to bind
+/// it. The key is rendered when the function is called, before the body runs
+/// (so before the body takes ownership of the arguments). A key without
 /// placeholders is passed as is, without `format!`.
 ///
 /// ## Durations
 ///
-/// `ttl`, `wait` and `at_least` take a string: a number followed by a unit,
-/// `ms`, `s`, `m` (minutes) or `h`, or a combination from the largest unit down,
-/// as in `"500ms"`, `"10s"`, `"5m"`, `"1m30s"`, `"1h2m3s500ms"`. Durations are
-/// checked at compile time: no whitespace, no fractions, no other units (`"1d"`,
-/// and `"10M"` is not months), greater than zero and at most 7 days.
+/// `ttl`, `wait`, `at_least`, `max_hold` and `every` take a string: a number
+/// followed by a unit, `ms`, `s`, `m` (minutes) or `h`, or a combination from the
+/// largest unit down, as in `"500ms"`, `"10s"`, `"5m"`, `"1m30s"`, `"1h2m3s500ms"`.
+/// Durations are checked at compile time: no whitespace, no fractions, no other
+/// units (`"1d"`, and `"10M"` is not months), greater than zero, and at most what
+/// the request builder accepts: 365 days (`"8760h"`) for `ttl`, `at_least` and
+/// `every`, 3650 days (`"87600h"`, `leasehold::MAX_WAIT`) for `wait` and
+/// `max_hold`.
 ///
 /// ## `ttl = "10s"`
 ///
 /// How long the lease lasts. Without `renew`, a body that runs longer than the ttl
 /// loses the lock: the body is dropped at its next `.await` and the call returns
 /// the `Lost` failure. Default `"30s"`.
+///
+/// ```
+/// use leasehold::{distributed_lock, LockError, LostCause};
+///
+/// #[distributed_lock(key = "slow", ttl = "100ms", client = leasehold::LockClient::in_memory())]
+/// async fn slow() -> Result<&'static str, LockError> {
+///     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+///     Ok("never reached")
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let lost = LockError::Lost { key: "slow".into(), cause: LostCause::Expired };
+/// assert_eq!(slow().await, Err(lost));
+/// # }
+/// ```
 ///
 /// ## `renew`
 ///
@@ -100,15 +165,117 @@ use proc_macro::TokenStream;
 /// polling. Without `wait`, the lock is tried once: a busy lock fails at once
 /// (skip if locked).
 ///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
+/// #[distributed_lock(key = "ledger", wait = "50ms")]
+/// async fn post() -> Result<(), LockError> { Ok(()) }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// let other = LockClient::in_memory();
+/// let held = other.lock("ledger").ttl(Duration::from_secs(60)).acquire().await.unwrap();
+/// assert_eq!(post().await, Err(LockError::Busy { key: "ledger".into() }));
+/// held.release().await.unwrap();
+/// assert_eq!(post().await, Ok(()));
+/// # }
+/// ```
+///
 /// ## `at_least = "30s"`
 ///
 /// Keep the key at least this long after the start, even if the body finishes
 /// sooner: for jobs that several instances start at the same moment, a fast run
-/// on one instance must not let a slower instance run the job again.
+/// on one instance must not let a slower instance run the job again. For jobs on
+/// a timer, [`every`](#every--1m) is usually what you want: it holds the key
+/// until the end of the period instead of for a fixed time.
 ///
-/// ```ignore
+/// ```
+/// use leasehold::{distributed_lock, LockClient};
+///
 /// #[distributed_lock(key = "report", ttl = "5m", at_least = "30s")]
-/// async fn nightly_report() { /* ... */ }
+/// async fn nightly_report() -> Option<&'static str> { Some("done") }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(nightly_report().await, Some("done"));
+/// // Finished, but the key stays 30 s: a late instance skips.
+/// assert_eq!(nightly_report().await, None);
+/// # }
+/// ```
+///
+/// ## `max_hold = "10m"`
+///
+/// With `renew`: stop renewing this long after the lock was taken. The lease then
+/// runs out, and the body is dropped at its next `.await` with
+/// `LockError::Lost { cause: LostCause::MaxHold, .. }`: a bound on how long a
+/// renewed job may keep a lock (a stuck job cannot hold it forever). It calls
+/// `LockRequest::max_hold`. Without `renew` it is a compile error (the lease
+/// already ends after `ttl`).
+///
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
+/// #[distributed_lock(key = "import", ttl = "30s", renew, max_hold = "10m")]
+/// async fn import() -> Result<usize, LockError> { Ok(3) }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(import().await, Ok(3));
+/// # }
+/// ```
+///
+/// ## `every = "1m"`
+///
+/// Run a job **once per period across processes**. With a fixed key, instances
+/// whose timers fire at different moments in a period run the job more than once:
+/// an instance that fires after the first run released the lock finds it free.
+/// With `every`, the key names the wall-clock slot of the call (`<key>:<slot>`,
+/// the slot's start in unix seconds, or where the key says `<slot>`) and the lock
+/// is kept until the slot ends, even when the body finished sooner. Each
+/// instance computes the same slot from its clock; the first to fire in the slot
+/// runs the job, the others skip. Inside the body,
+/// `leasehold::schedule::current_slot()` says which slot it runs for.
+///
+/// `every` is a whole number of seconds. It cannot be combined with `at_least`
+/// (it sets it) nor `wait` (a waiting instance would run the slot again). Machines
+/// need synchronized clocks (NTP). A run that lasts longer than its slot overlaps
+/// the next slot's run. To make the timers themselves fire on the slot
+/// boundaries, use `leasehold::schedule::aligned_interval`.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{distributed_lock, LockClient, schedule};
+///
+/// #[distributed_lock(key = "digest:<region>", every = "1h")]
+/// async fn hourly_digest(region: &str) -> Option<u64> {
+///     // Keyed "digest:eu:<start of this hour in unix seconds>".
+///     schedule::current_slot().map(|slot| slot.id())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// let slot = hourly_digest("eu").await.expect("the first call of the hour runs");
+/// assert_eq!(slot % 3600, 0);
+/// // Any later call in the same hour, from any instance, skips.
+/// if schedule::Slot::now(Duration::from_secs(3600)).id() == slot {
+///     assert_eq!(hourly_digest("eu").await, None);
+/// }
+///
+/// // A job loop: tick on the hour, run once per hour across instances.
+/// let mut hours = schedule::aligned_interval(Duration::from_secs(3600));
+/// # let _ = &mut hours;
+/// # if false {
+/// loop {
+///     hours.tick().await;
+///     hourly_digest("eu").await;
+/// }
+/// # }
+/// # }
 /// ```
 ///
 /// ## `client = expr`
@@ -118,13 +285,25 @@ use proc_macro::TokenStream;
 /// the body; it may use the parameters and `self`, and may be a `LockClient`, a
 /// `&LockClient`, or anything that dereferences to one (`Arc<LockClient>`):
 ///
-/// ```ignore
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
 /// struct Orders { locks: LockClient }
 ///
 /// impl Orders {
 ///     #[distributed_lock(key = "order:<id>", wait = "2s", client = self.locks.clone())]
-///     async fn pay(&self, id: u64) -> Result<(), PayError> { /* ... */ }
+///     async fn pay(&self, id: u64) -> Result<u64, LockError> {
+///         // The fencing token of the lock this body runs under, for the storage layer.
+///         assert!(leasehold::fencing_token().is_some());
+///         Ok(id * 100)
+///     }
 /// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let orders = Orders { locks: LockClient::in_memory() };
+/// assert_eq!(orders.pay(7).await, Ok(700));
+/// # }
 /// ```
 ///
 /// Without `client` and without a global client, each call fails with
@@ -141,18 +320,52 @@ use proc_macro::TokenStream;
 /// client, ...) or is lost while the body runs, the function returns
 /// `<ReturnType as leasehold::LockFallback>::from_lock_error(err)`:
 ///
-/// - `()`: the call is skipped (the failure is logged through `tracing`);
 /// - `Result<T, E>` where `E: From<LockError>`: `Err(err.into())`;
+/// - `()`: the call is skipped;
 /// - `Option<T>`: `None`.
 ///
+/// For `()` and `Option`, the failure is logged through `tracing`. A busy lock is
+/// the only quiet case (`debug`, the normal outcome of a skip-if-locked job);
+/// a lease lost while the body ran (with its cause) and an unreachable backend are
+/// logged at `WARN`; no global client, an invalid argument or a key of the wrong
+/// type at `ERROR` (a missing global client also once per process). Without a
+/// `tracing` subscriber nothing is printed, so **return `Result` from jobs whose
+/// runs matter**: then every failure reaches the caller.
+///
 /// Any other return type is a compile error saying so.
+///
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
+/// #[distributed_lock(key = "report")]
+/// async fn report() {}
+///
+/// #[distributed_lock(key = "cache-warm:<region>", ttl = "1m30s")]
+/// async fn warm_cache(region: &str) -> Option<usize> { Some(region.len()) }
+///
+/// #[distributed_lock(key = "invoice")]
+/// async fn invoice() -> Result<(), LockError> { Ok(()) }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // No global client yet: nothing runs, and Result says why.
+/// assert_eq!(invoice().await, Err(LockError::NoGlobalClient));
+/// report().await;                            // skipped, logged at ERROR
+/// assert_eq!(warm_cache("eu").await, None);  // the same
+///
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(invoice().await, Ok(()));
+/// assert_eq!(warm_cache("eu").await, Some(2));
+/// # }
+/// ```
 ///
 /// # What may be annotated
 ///
 /// `async fn` only: free functions, methods taking `&self`, `&mut self` or `self`,
 /// generic functions, functions with `impl Trait` parameters. The signature is
 /// kept exactly as written; only the body is wrapped, and `return` and `?` in the
-/// body behave as before. The returned future is `Send` when the body's is.
+/// body behave as before. Every body shape compiles without a warning, one-line
+/// bodies included. The returned future is `Send` when the body's is.
 ///
 /// Calls nested in the same task that take the same key (through the same client)
 /// re-enter the lock instead of deadlocking.
@@ -161,8 +374,9 @@ use proc_macro::TokenStream;
 ///
 /// Every mistake is reported at the offending token, all mistakes of one attribute
 /// together: a non-`async` fn, an unknown or duplicate option, a missing `key`, a
-/// bad duration, a placeholder naming no parameter, `renew` given a value, an
-/// unsupported return type.
+/// bad or too long duration, a placeholder naming no parameter (with the names it
+/// could use), `renew` given a value, `max_hold` without `renew`, `every` with
+/// `wait` or `at_least`, an unsupported return type.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(attr.into(), item.into()).into()

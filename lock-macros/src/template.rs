@@ -210,14 +210,20 @@ fn is_identifier(s: &str) -> bool {
     s != "_" && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// The names a placeholder may use: the function's simple parameters and its receiver.
+/// The names a placeholder may use: the function's receiver, its parameters and
+/// the bindings of parameters written as patterns (`Path(id): Path<u64>` binds
+/// `id`), and with `every`, the schedule slot.
 pub(crate) struct Params {
     fn_name: String,
     receiver: bool,
-    /// Parameters bound to a plain name (`x: T`, `mut x: T`), by their unraw name.
+    /// Names bound by the parameters (`x: T`, `mut x: T`, `Path(x): Path<T>`,
+    /// `Point { x, y }: Point`, `(a, b): (T, U)`), by their unraw name.
     named: Vec<(String, Ident)>,
-    /// How many parameters are patterns (`(a, b): (u32, u32)`) and cannot be named.
-    patterns: usize,
+    /// Parameters that bind no name a key can use (`_: T`, `Path(_): Path<T>`,
+    /// macro patterns), as written.
+    unnamed: Vec<String>,
+    /// With `every`: the local holding the schedule slot, named by `<slot>`.
+    slot: Option<Ident>,
 }
 
 impl Params {
@@ -226,22 +232,39 @@ impl Params {
             fn_name: sig.ident.to_string(),
             receiver: false,
             named: Vec::new(),
-            patterns: 0,
+            unnamed: Vec::new(),
+            slot: None,
         };
         for input in &sig.inputs {
             match input {
                 FnArg::Receiver(_) => params.receiver = true,
-                FnArg::Typed(typed) => match &*typed.pat {
-                    Pat::Ident(pat) => {
-                        let ident = &pat.ident;
-                        let name = syn::ext::IdentExt::unraw(ident).to_string();
-                        params.named.push((name, ident.clone()));
+                FnArg::Typed(typed) => {
+                    let mut names = Vec::new();
+                    if bindings(&typed.pat, &mut names) && !names.is_empty() {
+                        params.named.extend(names.into_iter().map(|ident| {
+                            let name = syn::ext::IdentExt::unraw(&ident).to_string();
+                            (name, ident)
+                        }));
+                    } else {
+                        params.unnamed.push(compact(&typed.pat.to_token_stream()));
                     }
-                    _ => params.patterns += 1,
-                },
+                }
             }
         }
         params
+    }
+
+    /// With `every`: `<slot>` names the schedule slot held in `local`.
+    pub(crate) fn with_slot(mut self, local: Ident) -> Params {
+        self.slot = Some(local);
+        self
+    }
+
+    fn binding(&self, name: &str) -> Option<&Ident> {
+        self.named
+            .iter()
+            .find(|(bound, _)| bound == name)
+            .map(|(_, ident)| ident)
     }
 
     fn describe(&self) -> String {
@@ -259,11 +282,63 @@ impl Params {
                 names.join(", ")
             )
         };
-        if self.patterns > 0 {
-            text.push_str(" (parameters written as patterns cannot be named)");
+        if self.slot.is_some() {
+            text.push_str("; with `every`, `<slot>` is the schedule slot");
+        }
+        if let Some(pattern) = self.unnamed.first() {
+            text.push_str(&format!(
+                "; the parameter `{pattern}` binds no name that a key can use: to use it, bind \
+                 it to a name, as in `Path(id): Path<u64>` with `<id>`, or `order: Order` with \
+                 `<order.id>`"
+            ));
         }
         text
     }
+}
+
+/// Collects the names bound by `pat` into `out`. `false` when the pattern has
+/// parts whose bindings cannot be known (a macro), so that none are offered.
+fn bindings(pat: &Pat, out: &mut Vec<Ident>) -> bool {
+    match pat {
+        Pat::Ident(pat) => {
+            out.push(pat.ident.clone());
+            match &pat.subpat {
+                Some((_, sub)) => bindings(sub, out),
+                None => true,
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().all(|p| bindings(p, out)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().all(|p| bindings(p, out)),
+        Pat::Struct(pat) => pat.fields.iter().all(|field| bindings(&field.pat, out)),
+        Pat::Slice(slice) => slice.elems.iter().all(|p| bindings(p, out)),
+        Pat::Reference(reference) => bindings(&reference.pat, out),
+        Pat::Paren(paren) => bindings(&paren.pat, out),
+        Pat::Type(typed) => bindings(&typed.pat, out),
+        // Every alternative binds the same names: the first one says which.
+        Pat::Or(or) => or.cases.first().is_none_or(|p| bindings(p, out)),
+        Pat::Wild(_)
+        | Pat::Rest(_)
+        | Pat::Lit(_)
+        | Pat::Range(_)
+        | Pat::Path(_)
+        | Pat::Const(_) => true,
+        _ => false,
+    }
+}
+
+/// Tokens as a person would write them: `Path(_)`, not `Path (_)`.
+fn compact(tokens: &TokenStream) -> String {
+    let mut text = tokens.to_string();
+    for (from, to) in [
+        (" (", "("),
+        ("( ", "("),
+        (" )", ")"),
+        (" ,", ","),
+        (" {", " {"),
+    ] {
+        text = text.replace(from, to);
+    }
+    text
 }
 
 /// A checked key template, ready to expand.
@@ -297,6 +372,21 @@ pub(crate) fn check(lit: &LitStr, params: &Params) -> syn::Result<Key> {
             }
         }
     }
+    let mut segments = segments;
+    if let Some(slot) = &params.slot {
+        let named = segments
+            .iter()
+            .any(|s| matches!(s, Segment::Placeholder(p) if p.root == "slot"));
+        if !named {
+            // `every` without `<slot>` in the key: `<key>:<slot>`.
+            segments.push(Segment::Text(":".to_owned()));
+            segments.push(Segment::Placeholder(Placeholder {
+                root: "slot".to_owned(),
+                fields: Vec::new(),
+            }));
+            args.push(quote_spanned! {lit.span()=> #slot.id() });
+        }
+    }
     match errors {
         Some(errors) => Err(errors),
         None => Ok(Key {
@@ -319,14 +409,30 @@ fn resolve(placeholder: &Placeholder, params: &Params, span: Span) -> Result<Tok
             ));
         }
         syn::token::SelfValue { span }.into_token_stream()
-    } else {
-        let Some((_, ident)) = params
-            .named
-            .iter()
-            .find(|(name, _)| *name == placeholder.root)
-        else {
+    } else if let (true, Some(slot)) = (placeholder.root == "slot", &params.slot) {
+        if !placeholder.fields.is_empty() {
             return Err(format!(
-                "placeholder `{placeholder}` names no parameter of `{}`; {}",
+                "placeholder `{placeholder}`: `<slot>` is the schedule slot of `every` (its start \
+                 in unix seconds) and has no fields; write `<slot>`"
+            ));
+        }
+        if params.binding("slot").is_some() {
+            return Err(format!(
+                "placeholder `<slot>` is ambiguous: with `every` it is the schedule slot, but \
+                 `{}` also has a parameter `slot`; rename the parameter",
+                params.fn_name
+            ));
+        }
+        return Ok(quote_spanned! {span=> #slot.id() });
+    } else {
+        let Some(ident) = params.binding(&placeholder.root) else {
+            let hint = if placeholder.root == "slot" {
+                " (`<slot>` names the schedule slot only with `every = \"1m\"`)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "placeholder `{placeholder}` names no parameter of `{}`{hint}; {}",
                 params.fn_name,
                 params.describe()
             ));
@@ -655,19 +761,114 @@ mod tests {
     }
 
     #[test]
-    fn patterns_cannot_be_named() {
-        let errors = rejection("<a>", "async fn f((a, b): (u8, u8))");
+    fn bindings_of_patterns_can_be_named() {
         assert_eq!(
-            errors,
-            vec![
-                "placeholder `<a>` names no parameter of `f`; `f` has no parameter that a key \
-                 can name (parameters written as patterns cannot be named)"
-            ]
+            expansion("refund:<id>", "async fn refund(Path(id): Path<u64>)"),
+            ":: std :: format ! (\"refund:{}\" , id)"
+        );
+        assert_eq!(
+            expansion("<a>:<b>", "async fn f((a, b): (u8, u8))"),
+            ":: std :: format ! (\"{}:{}\" , a , b)"
+        );
+        assert_eq!(
+            expansion(
+                "<x>:<y>:<z>",
+                "async fn f(Point { x, y: ref y, .. }: Point, mut z: u8)"
+            ),
+            ":: std :: format ! (\"{}:{}:{}\" , x , y , z)"
+        );
+        assert_eq!(
+            expansion(
+                "<user.id>:<n>:<m>",
+                "async fn f(State(Ctx { user, counts: (n, _) }): State<Ctx>, &m: &u8, [_, o]: [u8; 2])"
+            ),
+            ":: std :: format ! (\"{}:{}:{}\" , user . id , n , m)"
+        );
+        assert_eq!(
+            expansion("<whole>:<inner>", "async fn f(whole @ Wrap(inner): Wrap)"),
+            ":: std :: format ! (\"{}:{}\" , whole , inner)"
         );
         // A pattern parameter is fine as long as the key does not name it.
         assert_eq!(
-            expansion("<c>", "async fn f((a, b): (u8, u8), c: u8)"),
+            expansion("<c>", "async fn f(_: u8, Path(_): Path<u8>, c: u8)"),
             ":: std :: format ! (\"{}\" , c)"
+        );
+    }
+
+    #[test]
+    fn patterns_without_names_say_how_to_bind_them() {
+        let errors = rejection("refund:<id>", "async fn refund(Path(_): Path<u64>)");
+        assert_eq!(
+            errors,
+            vec![
+                "placeholder `<id>` names no parameter of `refund`; `refund` has no parameter \
+                 that a key can name; the parameter `Path(_)` binds no name that a key can use: \
+                 to use it, bind it to a name, as in `Path(id): Path<u64>` with `<id>`, or \
+                 `order: Order` with `<order.id>`"
+            ]
+        );
+        let errors = rejection("<x>", "async fn f(n: u8, _: u8, m!(x): u8)");
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "placeholder `<x>` names no parameter of `f`; the parameters of `f` are `n`; \
+                 the parameter `_` binds no name"
+            ),
+            "{errors:?}"
+        );
+    }
+
+    fn slot_key(template: &str, signature: &str) -> syn::Result<Key> {
+        let lit = LitStr::new(template, Span::call_site());
+        let params =
+            Params::of(&sig(signature)).with_slot(Ident::new("slot_var", Span::call_site()));
+        check(&lit, &params)
+    }
+
+    #[test]
+    fn every_appends_or_places_the_slot() {
+        let render = |template: &str, signature: &str| match slot_key(template, signature) {
+            Ok(key) => key.to_tokens().to_string(),
+            Err(e) => panic!("{template}: {e}"),
+        };
+        assert_eq!(
+            render("report", "async fn f()"),
+            ":: std :: format ! (\"report:{}\" , slot_var . id ())"
+        );
+        assert_eq!(
+            render("report:<slot>:<n>", "async fn f(n: u8)"),
+            ":: std :: format ! (\"report:{}:{}\" , slot_var . id () , n)"
+        );
+        let errors = |template: &str, signature: &str| match slot_key(template, signature) {
+            Ok(key) => panic!("{template}: accepted as {}", key.to_tokens()),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        };
+        assert_eq!(
+            errors("r:<slot>", "async fn f(slot: u8)"),
+            vec![
+                "placeholder `<slot>` is ambiguous: with `every` it is the schedule slot, but `f` \
+                 also has a parameter `slot`; rename the parameter"
+            ]
+        );
+        assert_eq!(errors("r:<slot.x>", "async fn f()").len(), 1);
+        assert_eq!(
+            errors("r:<nope>", "async fn f(n: u8)"),
+            vec![
+                "placeholder `<nope>` names no parameter of `f`; the parameters of `f` are `n`; \
+                 with `every`, `<slot>` is the schedule slot"
+            ]
+        );
+        // Without `every`, `<slot>` is an ordinary placeholder.
+        assert_eq!(
+            rejection("r:<slot>", "async fn f(n: u8)"),
+            vec![
+                "placeholder `<slot>` names no parameter of `f` (`<slot>` names the schedule \
+                 slot only with `every = \"1m\"`); the parameters of `f` are `n`"
+            ]
+        );
+        assert_eq!(
+            expansion("r:<slot>", "async fn f(slot: u8)"),
+            ":: std :: format ! (\"r:{}\" , slot)"
         );
     }
 

@@ -17,4 +17,5 @@ mod global;
 mod http;
 mod lease;
 mod reentry;
+mod schedule;
 mod shapes;
