@@ -92,15 +92,17 @@ impl Run {
         }
     }
 
-    /// Waits until a worker for which `pred(id)` holds the lock in a body of
-    /// at least `min_body` (as the workers announce at the start of each
-    /// section); panics after 20 s.
+    /// Waits until a section starts (as the workers announce at the start of
+    /// each) in a worker for which `pred(id)`, with a body of at least
+    /// `min_body`; panics after 20 s.
     fn wait_for_holder(&self, min_body: Duration, pred: impl Fn(usize) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let before = self.data_get(&self.keys.holder).unwrap_or_default();
         loop {
             let holder = self.data_get(&self.keys.holder).unwrap_or_default();
             let mut parts = holder.split_whitespace().map(|p| p.parse::<u64>().ok());
-            if let (Some(Some(id)), Some(Some(body_ms))) = (parts.next(), parts.next())
+            if holder != before
+                && let (Some(Some(id)), Some(Some(body_ms))) = (parts.next(), parts.next())
                 && pred(id as usize)
                 && body_ms >= min_body.as_millis() as u64
             {
@@ -111,7 +113,7 @@ impl Run {
                 "{}: no wanted holder within 20 s",
                 self.plan.name
             );
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -253,7 +255,15 @@ fn run(plan: Plan, warmup: Duration, cooldown: Duration, fault: impl FnOnce(&mut
             run.plan.name, figures.error_sample
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("LEASEHOLD_FAULTS_KEEP").is_some() {
+        println!(
+            "faults {:<22} logs kept in {}",
+            run.plan.name,
+            dir.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     figures
 }
 
@@ -316,6 +326,10 @@ fn proxy_blackhole() {
         },
     );
     assert_safe("proxy_blackhole", &f);
+    assert!(
+        f.dropped >= 1,
+        "proxy_blackhole: the fault never cost a holder its lease: {f}"
+    );
 }
 
 /// Half the workers behind the proxy; one of them holds when every proxied
@@ -340,6 +354,10 @@ fn proxy_reset() {
         },
     );
     assert_safe("proxy_reset", &f);
+    assert!(
+        f.dropped >= 1,
+        "proxy_reset: the fault never cost a holder its lease: {f}"
+    );
 }
 
 /// Half the workers behind the proxy, which holds every chunk 150 ms (a
@@ -406,40 +424,96 @@ fn holder_sigstopped() {
     // updates made while it was frozen.
 }
 
-/// Restarts of the lock server without persistence (every lock and fence
-/// counter forgotten), the workers using `restart_grace(ttl)`.
-fn restarts(name: &'static str, bodies: Vec<Duration>, args: Vec<&'static str>) -> Figures {
+/// Restarts of the lock server (without persistence, every lock and fence
+/// counter is forgotten), the workers using `restart_grace(ttl)`, as README
+/// recommends. Two kinds of restart, each where it hurts most:
+///
+/// * `Burst`: two restarts in one wall-clock second, the workers taking
+///   locks in between: a fence counter restarted in the second in which the
+///   previous one started must not repeat its tokens.
+/// * `LateInLongBody`: while a long (renewed) body holds, shortly before it
+///   writes: its lease is gone with the data, and it must not write once
+///   another holder started.
+#[derive(Clone, Copy, PartialEq)]
+enum RestartKind {
+    Burst,
+    LateInLongBody,
+}
+
+fn restarts(
+    name: &'static str,
+    bodies: Vec<Duration>,
+    args: Vec<&'static str>,
+    kinds: &[RestartKind],
+) -> Figures {
     let mut plan = Plan::new(name);
     plan.bodies = bodies;
     plan.restart_grace = Some(TTL);
     plan.lock_server_args = args;
-    let longest = plan.bodies.iter().copied().max().unwrap_or(SHORT);
+    let kinds = kinds.to_vec();
     run(
         plan,
         Duration::from_secs(2),
         Duration::from_secs(2),
-        |run| {
-            for _ in 0..scaled(2, 3) {
-                run.wait_for_holder(longest, |_| true);
-                sleep(Duration::from_millis(200));
-                run.lock.restart();
+        move |run| {
+            for i in 0..scaled(3, 2) as usize {
+                match kinds[i % kinds.len()] {
+                    RestartKind::Burst => {
+                        sleep_to_next_wall_second(Duration::from_millis(20));
+                        run.lock.restart();
+                        sleep(Duration::from_millis(400));
+                        run.lock.restart();
+                    }
+                    RestartKind::LateInLongBody => {
+                        run.wait_for_holder(LONG, |_| true);
+                        // 50..150 ms before the body writes: likely before
+                        // its next renewal (every ttl/3) finds the key gone.
+                        let before_write = Duration::from_millis(50 + 50 * (i as u64 % 3));
+                        sleep(LONG - before_write);
+                        run.lock.restart();
+                    }
+                }
                 sleep(TTL * 2);
             }
         },
     )
 }
 
+/// Sleeps until `offset` past the next whole second of the wall clock (the
+/// clock Redis' `TIME` reads).
+fn sleep_to_next_wall_second(offset: Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("wall clock");
+    let into_second = Duration::from_nanos(u64::from(now.subsec_nanos()));
+    sleep(Duration::from_secs(1) - into_second + offset);
+}
+
 #[test]
-#[ignore = "issue 10"]
+#[ignore = "issue 10 (6): the fence counter restarted in the second its predecessor started repeats \
+            tokens; restart_grace not implemented: 76 current holders' fenced writes rejected, \
+            3 token regressions in 734 sections"]
 fn restart_short_bodies() {
-    let f = restarts("restart_short_bodies", vec![SHORT], vec![]);
+    let f = restarts(
+        "restart_short_bodies",
+        vec![SHORT],
+        vec![],
+        &[RestartKind::Burst],
+    );
     assert_safe("restart_short_bodies", &f);
 }
 
 #[test]
-#[ignore = "issue 10"]
+#[ignore = "issue 10 (7): after a restart without persistence another process gets the lock at \
+            once and the old holder writes before a renewal finds its key gone; restart_grace and \
+            restart detection not implemented: 3 overlapping writes, 3 lost updates in 12 sections"]
 fn restart_long_bodies() {
-    let f = restarts("restart_long_bodies", vec![LONG], vec![]);
+    let f = restarts(
+        "restart_long_bodies",
+        vec![LONG],
+        vec![],
+        &[RestartKind::LateInLongBody],
+    );
     assert_safe("restart_long_bodies", &f);
 }
 
@@ -450,6 +524,7 @@ fn restart_with_aof() {
         "restart_with_aof",
         mixed(),
         vec!["--appendonly", "yes", "--appendfsync", "always"],
+        &[RestartKind::Burst, RestartKind::LateInLongBody],
     );
     assert_safe("restart_with_aof", &f);
 }
@@ -477,12 +552,17 @@ fn debug_sleep() {
         },
     );
     assert_safe("debug_sleep", &f);
+    assert!(
+        f.dropped >= 1,
+        "debug_sleep: the fault never cost a holder its lease: {f}"
+    );
 }
 
 /// A server that may evict keys is refused at connect, with an error naming
 /// its policy; `allow_eviction(true)` accepts it.
 #[test]
-#[ignore = "issue 10"]
+#[ignore = "issue 10 (8): allkeys-lru and volatile-lru servers are accepted at connect; \
+            the maxmemory-policy check (allow_eviction) is not implemented"]
 fn evicting_server_refused() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     tokio::runtime::Builder::new_current_thread()

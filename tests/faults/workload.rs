@@ -62,7 +62,7 @@ pub struct DataKeys {
     pub fence_log: String,
     /// Set by the frozen section to its pid when it is ready to be frozen.
     pub frozen: String,
-    /// Set to `<worker id> <body ms>` at the start of each section.
+    /// Set to `<worker id> <body ms> <section id>` at the start of each section.
     pub holder: String,
     /// Set by the parent: workers stop starting sections.
     pub stop: String,
@@ -279,7 +279,12 @@ impl Worker {
         let mut data = self.data.clone();
         let () = redis::cmd("SET")
             .arg(&self.keys.holder)
-            .arg(format!("{} {}", self.cfg.id, body.as_millis()))
+            .arg(format!(
+                "{} {} {}",
+                self.cfg.id,
+                body.as_millis(),
+                lock(record).id()
+            ))
             .query_async(&mut data)
             .await
             .expect("data server: SET holder");
