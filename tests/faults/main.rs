@@ -15,5 +15,6 @@ mod support;
 
 mod checker;
 mod clock;
+mod proxy_check;
 mod scenarios;
 mod workload;

@@ -222,8 +222,7 @@ fn pump(
             reset(&to);
             break;
         }
-        let mode = shared.mode();
-        if mode == ProxyMode::Blackhole {
+        if shared.mode() == ProxyMode::Blackhole {
             std::thread::sleep(TICK);
             continue;
         }
@@ -233,7 +232,8 @@ fn pump(
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
             Err(_) => break,
         };
-        if let ProxyMode::Latency(delay) = mode {
+        // The mode when the chunk arrived (it may have changed during the read).
+        if let ProxyMode::Latency(delay) = shared.mode() {
             std::thread::sleep(delay);
         }
         // The mode may have changed while this chunk was held.
