@@ -293,7 +293,7 @@ fn assert_safe(name: &str, f: &Figures) {
 fn baseline() {
     let f = run(
         Plan::new("baseline"),
-        Duration::from_secs(4),
+        Duration::from_secs(scaled(4, 5).into()),
         Duration::ZERO,
         |_| {},
     );
