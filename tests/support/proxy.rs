@@ -26,6 +26,8 @@ use super::free_port;
 
 /// How often idle threads look at the mode and the stop flag.
 const TICK: Duration = Duration::from_millis(5);
+/// How long a forward may block on a peer that does not read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the proxy does with traffic; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +214,8 @@ fn pump(
     dead: Arc<AtomicBool>,
 ) {
     let _ = from.set_read_timeout(Some(TICK));
+    // A peer that stops reading must not keep the proxy from stopping.
+    let _ = to.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         if shared.stop.load(Ordering::SeqCst) || dead.load(Ordering::SeqCst) {
