@@ -9,16 +9,24 @@
 //! * [`RedisCluster`]: N masters, 0 replicas, formed with `redis-cli --cluster create`.
 //! * [`primary_with_replica`]: a primary and a connected replica.
 //! * [`free_port`]: a free port `p` with `p + 10000` free too (cluster bus).
+//! * [`FaultProxy`]: a TCP proxy in front of a server that can add latency,
+//!   blackhole or reset connections at run time.
+//! * [`freeze_process`] / [`thaw_process`]: SIGSTOP / SIGCONT of any child.
 //!
 //! The system Redis on 6379 is never used: ports are picked in 12000..22000
 //! (bus ports 22000..32000), below the kernel's ephemeral range.
 #![allow(dead_code)]
 
 mod cluster;
+mod proxy;
 mod server;
 
 // A test file or bench may use only some of these.
 #[allow(unused_imports)]
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
+pub use proxy::{FaultProxy, ProxyMode};
+#[allow(unused_imports)]
 pub use server::{RedisServer, free_port, primary_with_replica};
+#[allow(unused_imports)]
+pub use server::{freeze_process, thaw_process};

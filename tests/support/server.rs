@@ -567,3 +567,62 @@ pub fn primary_with_replica() -> (RedisServer, RedisServer) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+impl RedisServer {
+    /// Sends `DEBUG SLEEP <d>` on a fresh connection from a new thread: the
+    /// server stops answering everyone for `d`. Join the handle to wait for
+    /// the end of the stall. The server must have been started with
+    /// `--enable-debug-command yes` (Redis 7 refuses DEBUG otherwise).
+    pub fn debug_sleep(&self, d: Duration) -> std::thread::JoinHandle<()> {
+        let mut con = self
+            .connection_with(CONNECT_TIMEOUT, d + IO_TIMEOUT)
+            .unwrap_or_else(|e| panic!("DEBUG SLEEP: no connection to {}: {e}", self.port));
+        let port = self.port;
+        std::thread::spawn(move || {
+            let secs = format!("{:.3}", d.as_secs_f64());
+            let reply: redis::RedisResult<Value> =
+                redis::cmd("DEBUG").arg("SLEEP").arg(&secs).query(&mut con);
+            if let Err(e) = reply {
+                panic!("DEBUG SLEEP {secs} on port {port} failed: {e}");
+            }
+        })
+    }
+}
+
+/// SIGSTOP any process (not only a server), and wait until the kernel shows
+/// it stopped.
+pub fn freeze_process(pid: u32) {
+    signal_pid_and_wait(pid, libc::SIGSTOP, true);
+}
+
+/// SIGCONT: undo [`freeze_process`].
+pub fn thaw_process(pid: u32) {
+    signal_pid_and_wait(pid, libc::SIGCONT, false);
+}
+
+fn signal_pid_and_wait(pid: u32, signal: libc::c_int, want_stopped: bool) {
+    let pid = pid as libc::pid_t;
+    // SAFETY: plain kill(2) on a child of this process.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {signal}) failed: {}",
+        std::io::Error::last_os_error()
+    );
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let Ok(text) = std::fs::read_to_string(&stat) else {
+            return;
+        };
+        let state = text
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if matches!(state, Some('T') | Some('t')) == want_stopped {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("pid {pid} did not change state after signal {signal}");
+}

@@ -1,0 +1,230 @@
+//! Reads the workers' logs and the fenced store's record and computes the
+//! figures of a run.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use crate::workload::SectionRecord;
+
+/// What a run did, and what went wrong in it.
+#[derive(Debug, Default, Clone)]
+pub struct Figures {
+    /// Critical sections that started (the lock was acquired).
+    pub sections: usize,
+    /// Sections whose body ran to the end.
+    pub completed: usize,
+    /// Sections whose body was dropped because the lease was lost.
+    pub dropped: usize,
+    /// Pairs of sections whose intervals overlap (two holders at once).
+    pub overlaps: usize,
+    /// Sections whose counter write happened inside another's interval,
+    /// neither of them the frozen one.
+    pub overlapping_writes: usize,
+    /// The same, involving the frozen section (no lock prevents these).
+    pub frozen_overlapping_writes: usize,
+    /// Completed counter writes that the final counter does not show.
+    pub lost_updates: u64,
+    /// Counter writes sent but unanswered (the body was dropped meanwhile).
+    pub writes_in_doubt: usize,
+    pub fenced_accepted: usize,
+    pub fenced_rejected: usize,
+    /// Fenced writes applied after a later holder's write was accepted, and
+    /// accepted all the same: the fencing failed.
+    pub stale_accepted: usize,
+    /// The same, rejected: the fencing worked.
+    pub stale_rejected: usize,
+    /// Fenced writes rejected although no later holder had written (the
+    /// token went backwards).
+    pub fresh_rejected: usize,
+    /// Successive holders (in start order) whose token did not increase.
+    pub token_regressions: usize,
+    /// The frozen section's fenced write: `Some(false)` = rejected.
+    pub frozen_fenced: Option<bool>,
+    pub final_counter: u64,
+    pub err_busy: u64,
+    pub err_backend: u64,
+    pub err_lost: u64,
+    pub err_other: u64,
+    pub error_sample: String,
+}
+
+impl Figures {
+    /// Sections plus the store's record, `fence_log` in apply order
+    /// (`section-id token accepted`).
+    pub fn compute(
+        sections: &[SectionRecord],
+        fence_log: &[String],
+        final_counter: u64,
+    ) -> Figures {
+        let mut f = Figures {
+            sections: sections.len(),
+            final_counter,
+            ..Figures::default()
+        };
+        for s in sections {
+            if s.outcome == "ok" || s.frozen {
+                f.completed += 1;
+            } else {
+                f.dropped += 1;
+            }
+            if s.set_sent && s.set_done == 0 {
+                f.writes_in_doubt += 1;
+            }
+            match s.fenced {
+                Some(true) => f.fenced_accepted += 1,
+                Some(false) => f.fenced_rejected += 1,
+                None => {}
+            }
+            if s.frozen {
+                f.frozen_fenced = s.fenced;
+            }
+        }
+
+        // Two holders at once, and writes made while another held.
+        for (i, a) in sections.iter().enumerate() {
+            for b in &sections[i + 1..] {
+                if a.start < b.end && b.start < a.end {
+                    f.overlaps += 1;
+                }
+            }
+            for b in sections {
+                if std::ptr::eq(a, b) || a.set_done == 0 {
+                    continue;
+                }
+                if b.start < a.set_done && a.set_done < b.end {
+                    if a.frozen || b.frozen {
+                        f.frozen_overlapping_writes += 1;
+                    } else {
+                        f.overlapping_writes += 1;
+                    }
+                }
+            }
+        }
+
+        let done = sections.iter().filter(|s| s.set_done != 0).count() as u64;
+        f.lost_updates = done.saturating_sub(final_counter);
+
+        // Fencing, judged in the order the store applied the writes.
+        let start_of: HashMap<String, u64> = sections.iter().map(|s| (s.id(), s.start)).collect();
+        let mut newest_accepted_start = 0u64;
+        for entry in fence_log {
+            let mut parts = entry.split_whitespace();
+            let (Some(id), Some(_token), Some(ok)) = (parts.next(), parts.next(), parts.next())
+            else {
+                panic!("bad fence log entry {entry:?}");
+            };
+            let start = *start_of
+                .get(id)
+                .unwrap_or_else(|| panic!("fence log names section {id} that no worker logged"));
+            let accepted = ok == "1";
+            let stale = newest_accepted_start > start;
+            match (stale, accepted) {
+                (true, true) => f.stale_accepted += 1,
+                (true, false) => f.stale_rejected += 1,
+                (false, false) => f.fresh_rejected += 1,
+                (false, true) => {}
+            }
+            if accepted {
+                newest_accepted_start = newest_accepted_start.max(start);
+            }
+        }
+
+        let mut by_start: Vec<&SectionRecord> = sections.iter().collect();
+        by_start.sort_by_key(|s| s.start);
+        f.token_regressions = by_start
+            .windows(2)
+            .filter(|w| w[1].token <= w[0].token)
+            .count();
+        f
+    }
+
+    /// Adds a worker's `E busy backend lost other sample...` line.
+    pub fn add_errors(&mut self, line: &str) {
+        let mut parts = line.splitn(6, ' ');
+        let _ = parts.next();
+        let mut n = || {
+            parts
+                .next()
+                .and_then(|p| p.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        self.err_busy += n();
+        self.err_backend += n();
+        self.err_lost += n();
+        self.err_other += n();
+        if let Some(sample) = parts.next()
+            && self.error_sample.is_empty()
+        {
+            self.error_sample = sample.trim().to_owned();
+        }
+    }
+}
+
+impl fmt::Display for Figures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sections={} completed={} dropped={} overlaps={} overlapping_writes={} \
+             lost_updates={} fenced_accepted={} fenced_rejected={} stale_fenced_accepted={} stale_fenced_rejected={} \
+             fresh_fenced_rejected={} token_regressions={}",
+            self.sections,
+            self.completed,
+            self.dropped,
+            self.overlaps,
+            self.overlapping_writes,
+            self.lost_updates,
+            self.fenced_accepted,
+            self.fenced_rejected,
+            self.stale_accepted,
+            self.stale_rejected,
+            self.fresh_rejected,
+            self.token_regressions,
+        )?;
+        if let Some(fenced) = self.frozen_fenced {
+            write!(
+                f,
+                " frozen_overlapping_writes={} frozen_fenced_write={}",
+                self.frozen_overlapping_writes,
+                if fenced { "accepted" } else { "rejected" }
+            )?;
+        }
+        write!(
+            f,
+            " counter={} writes_in_doubt={} errors(busy={} backend={} lost={} other={})",
+            self.final_counter,
+            self.writes_in_doubt,
+            self.err_busy,
+            self.err_backend,
+            self.err_lost,
+            self.err_other
+        )
+    }
+}
+
+/// Every worker log in `dir` (`worker-*.log`): sections, and error lines.
+pub fn read_logs(dir: &Path) -> (Vec<SectionRecord>, Vec<String>) {
+    let mut sections = Vec::new();
+    let mut errors = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        for line in text.lines() {
+            if let Some(s) = SectionRecord::from_line(line) {
+                sections.push(s);
+            } else if line.starts_with("E ") {
+                errors.push(line.to_owned());
+            } else if !line.trim().is_empty() {
+                panic!("{}: unreadable line {line:?}", path.display());
+            }
+        }
+    }
+    (sections, errors)
+}

@@ -1,0 +1,490 @@
+//! The worker processes: this test binary re-run with [`WORKER_ENV`] set to
+//! a JSON [`WorkerConfig`]. Each runs `tasks` tokio tasks that take the one
+//! lock key again and again through the public API and, in each critical
+//! section, on the data server (never faulted, reached directly):
+//!
+//! 1. `GET` the counter, hold for the body's time, `SET` it to the value + 1
+//!    (a non-atomic read-modify-write: two holders at once lose an update);
+//! 2. a fenced write: a script that accepts the section's fencing token only
+//!    if it is at least the highest one it accepted, and appends
+//!    `section token accepted` to a list, in the order the store applied them.
+//!
+//! Every section is written as one line to the worker's log file, with times
+//! from the shared monotonic clock. Workers stop when the parent sets the
+//! stop key (or at the hard deadline).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ns;
+
+/// The environment variable that makes this binary a worker.
+pub const WORKER_ENV: &str = "LEASEHOLD_FAULTS_WORKER";
+
+/// The name of the worker test, for `--exact`.
+pub const WORKER_TEST: &str = "workload::faults_worker";
+
+/// What one worker process does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerConfig {
+    pub id: usize,
+    /// Where the lock lives: the lock server, or the fault proxy in front of it.
+    pub lock_url: String,
+    /// The data server (counter, fenced store), reached directly.
+    pub data_url: String,
+    /// Namespace of the data keys and the lock key.
+    pub ns: String,
+    pub tasks: usize,
+    pub ttl_ms: u64,
+    /// Body lengths: section `seq` of task `t` uses `bodies_ms[(t + seq) % len]`.
+    pub bodies_ms: Vec<u64>,
+    pub wait_ms: u64,
+    /// `LockClientBuilder::restart_grace`, when set.
+    pub restart_grace_ms: Option<u64>,
+    /// Hard deadline (shared clock) if the stop key never comes.
+    pub deadline_ns: u64,
+    pub log_path: PathBuf,
+    /// This worker's task 0 does one "frozen" section (see
+    /// [`frozen_section`]) as soon as the shared clock passes this.
+    pub freeze_after_ns: Option<u64>,
+}
+
+/// Data keys of a scenario, on the data server.
+pub struct DataKeys {
+    pub counter: String,
+    pub fence_hi: String,
+    pub fence_log: String,
+    /// Set by the frozen section to its pid when it is ready to be frozen.
+    pub frozen: String,
+    /// Set to `<worker id> <body ms> <section id>` at the start of each section.
+    pub holder: String,
+    /// Set by the parent: workers stop starting sections.
+    pub stop: String,
+}
+
+impl DataKeys {
+    pub fn new(ns: &str) -> DataKeys {
+        DataKeys {
+            counter: format!("{ns}:counter"),
+            fence_hi: format!("{ns}:fence:hi"),
+            fence_log: format!("{ns}:fence:log"),
+            frozen: format!("{ns}:frozen"),
+            holder: format!("{ns}:holder"),
+            stop: format!("{ns}:stop"),
+        }
+    }
+}
+
+/// The fenced store: accept a token at least as high as the highest accepted
+/// so far; record every attempt in apply order.
+const FENCED_WRITE: &str = r"
+local hi = tonumber(redis.call('GET', KEYS[1]) or '0')
+local token = tonumber(ARGV[1])
+local ok = 0
+if token >= hi then
+  redis.call('SET', KEYS[1], ARGV[1])
+  ok = 1
+end
+redis.call('RPUSH', KEYS[2], ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. ok)
+return ok
+";
+
+/// One critical section as it happened (0 = did not happen).
+#[derive(Debug, Default, Clone)]
+pub struct SectionRecord {
+    pub proc: usize,
+    pub task: usize,
+    pub seq: u64,
+    pub token: u64,
+    /// The body started (the lock was acquired).
+    pub start: u64,
+    /// The counter's `SET` was answered.
+    pub set_done: u64,
+    /// The `SET` was sent; if `set_done` is 0 it may or may not have landed.
+    pub set_sent: bool,
+    /// The fenced write was answered.
+    pub fence_done: u64,
+    pub fenced: Option<bool>,
+    /// The body finished, or was dropped (the lease was lost).
+    pub end: u64,
+    pub frozen: bool,
+    pub outcome: String,
+}
+
+impl SectionRecord {
+    pub fn id(&self) -> String {
+        format!("{}.{}.{}", self.proc, self.task, self.seq)
+    }
+
+    pub fn to_line(&self) -> String {
+        format!(
+            "S {} {} {} {} {} {} {} {} {} {} {} {}",
+            self.proc,
+            self.task,
+            self.seq,
+            self.token,
+            self.start,
+            self.set_done,
+            u8::from(self.set_sent),
+            self.fence_done,
+            match self.fenced {
+                Some(true) => "A",
+                Some(false) => "R",
+                None => "-",
+            },
+            self.end,
+            u8::from(self.frozen),
+            self.outcome,
+        )
+    }
+
+    pub fn from_line(line: &str) -> Option<SectionRecord> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 13 || f[0] != "S" {
+            return None;
+        }
+        let n = |i: usize| f[i].parse::<u64>().ok();
+        Some(SectionRecord {
+            proc: n(1)? as usize,
+            task: n(2)? as usize,
+            seq: n(3)?,
+            token: n(4)?,
+            start: n(5)?,
+            set_done: n(6)?,
+            set_sent: f[7] == "1",
+            fence_done: n(8)?,
+            fenced: match f[9] {
+                "A" => Some(true),
+                "R" => Some(false),
+                _ => None,
+            },
+            end: n(10)?,
+            frozen: f[11] == "1",
+            outcome: f[12].to_owned(),
+        })
+    }
+}
+
+/// Errors of attempts that got no section, per kind.
+#[derive(Default)]
+struct ErrorCounts {
+    busy: AtomicU64,
+    backend: AtomicU64,
+    lost: AtomicU64,
+    other: AtomicU64,
+    sample: Mutex<Option<String>>,
+}
+
+impl ErrorCounts {
+    fn count(&self, e: &LockError) -> &'static str {
+        let (counter, kind) = match e {
+            LockError::Busy { .. } => (&self.busy, "busy"),
+            LockError::Lost { .. } => (&self.lost, "lost"),
+            LockError::Backend { .. } => (&self.backend, "backend"),
+            _ => (&self.other, "other"),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if !matches!(e, LockError::Busy { .. }) {
+            let mut sample = self.sample.lock().unwrap_or_else(|p| p.into_inner());
+            sample.get_or_insert_with(|| e.to_string().replace('\n', " "));
+        }
+        kind
+    }
+}
+
+struct Worker {
+    cfg: WorkerConfig,
+    keys: DataKeys,
+    client: LockClient,
+    data: redis::aio::MultiplexedConnection,
+    fenced: redis::Script,
+    stop: AtomicBool,
+    errors: ErrorCounts,
+    log: Mutex<Vec<String>>,
+}
+
+impl Worker {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || now_ns() >= self.cfg.deadline_ns
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.cfg.ttl_ms)
+    }
+
+    fn request(&self) -> leasehold::LockRequest {
+        self.client
+            .lock(self.cfg.ns.clone())
+            .ttl(self.ttl())
+            .renew(true)
+            .wait(Duration::from_millis(self.cfg.wait_ms))
+    }
+
+    async fn get_counter(&self) -> u64 {
+        let mut data = self.data.clone();
+        let v: Option<u64> = redis::cmd("GET")
+            .arg(&self.keys.counter)
+            .query_async(&mut data)
+            .await
+            .expect("data server: GET counter");
+        v.unwrap_or(0)
+    }
+
+    async fn set_counter(&self, record: &Mutex<SectionRecord>, value: u64) {
+        let mut data = self.data.clone();
+        lock(record).set_sent = true;
+        let () = redis::cmd("SET")
+            .arg(&self.keys.counter)
+            .arg(value)
+            .query_async(&mut data)
+            .await
+            .expect("data server: SET counter");
+        lock(record).set_done = now_ns();
+    }
+
+    async fn fenced_write(&self, record: &Mutex<SectionRecord>) {
+        let (id, token) = {
+            let r = lock(record);
+            (r.id(), r.token)
+        };
+        let mut data = self.data.clone();
+        let ok: i64 = self
+            .fenced
+            .key(&self.keys.fence_hi)
+            .key(&self.keys.fence_log)
+            .arg(token)
+            .arg(id)
+            .invoke_async(&mut data)
+            .await
+            .expect("data server: fenced write");
+        let mut r = lock(record);
+        r.fence_done = now_ns();
+        r.fenced = Some(ok == 1);
+    }
+
+    /// The critical section run by `LockRequest::run`: dropped at its next
+    /// await point if the lease is lost.
+    async fn body(&self, record: &Mutex<SectionRecord>, body: Duration) {
+        {
+            let mut r = lock(record);
+            r.start = now_ns();
+            r.token = leasehold::fencing_token().unwrap_or(0);
+        }
+        let mut data = self.data.clone();
+        let () = redis::cmd("SET")
+            .arg(&self.keys.holder)
+            .arg(format!(
+                "{} {} {}",
+                self.cfg.id,
+                body.as_millis(),
+                lock(record).id()
+            ))
+            .query_async(&mut data)
+            .await
+            .expect("data server: SET holder");
+        let v = self.get_counter().await;
+        tokio::time::sleep(body).await;
+        self.set_counter(record, v + 1).await;
+        self.fenced_write(record).await;
+        lock(record).end = now_ns();
+    }
+
+    fn log(&self, record: &SectionRecord) {
+        lock(&self.log).push(record.to_line());
+    }
+
+    async fn task(self: Arc<Self>, task: usize) {
+        let bodies = &self.cfg.bodies_ms;
+        let mut froze = false;
+        let mut seq = 0;
+        while !self.stopping() {
+            seq += 1;
+            let record = Mutex::new(SectionRecord {
+                proc: self.cfg.id,
+                task,
+                seq,
+                ..SectionRecord::default()
+            });
+            if task == 0 && !froze && self.cfg.freeze_after_ns.is_some_and(|t| now_ns() >= t) {
+                froze = self.frozen_section(&record).await;
+                continue;
+            }
+            let body = Duration::from_millis(bodies[(task + seq as usize) % bodies.len()]);
+            let section = self.request().run(self.body(&record, body));
+            let mut section = std::pin::pin!(section);
+            // At the stop, give up waiting for the lock (but never drop a
+            // section that started).
+            let result = loop {
+                tokio::select! {
+                    result = &mut section => break Some(result),
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if self.stopping() && lock(&record).start == 0 {
+                            break None;
+                        }
+                    }
+                }
+            };
+            let Some(result) = result else { break };
+            let ended = now_ns();
+            let mut r = lock(&record).clone();
+            let outcome = match &result {
+                Ok(()) => "ok",
+                Err(e) => self.errors.count(e),
+            };
+            if r.start == 0 {
+                // Not acquired: let a failing backend breathe.
+                if !matches!(result, Err(LockError::Busy { .. })) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                continue;
+            }
+            if r.end == 0 {
+                r.end = ended;
+            }
+            r.outcome = outcome.to_owned();
+            self.log(&r);
+        }
+    }
+
+    /// A holder that is frozen between reading and writing the counter: it
+    /// takes the lock with `acquire`, reads, announces its pid on the data
+    /// server and blocks its thread for a while (the parent SIGSTOPs the
+    /// process meanwhile, past the lease); then it writes without looking at
+    /// the guard, as a process paused at the wrong moment would. Returns
+    /// whether it happened.
+    async fn frozen_section(&self, record: &Mutex<SectionRecord>) -> bool {
+        let guard = match self.request().acquire().await {
+            Ok(guard) => guard,
+            Err(e) => {
+                self.errors.count(&e);
+                return false;
+            }
+        };
+        {
+            let mut r = lock(record);
+            r.start = now_ns();
+            r.token = guard.fencing_token();
+            r.frozen = true;
+        }
+        let v = self.get_counter().await;
+        let mut data = self.data.clone();
+        let () = redis::cmd("SET")
+            .arg(&self.keys.frozen)
+            .arg(std::process::id())
+            .query_async(&mut data)
+            .await
+            .expect("data server: SET frozen");
+        // The parent freezes this process during this blocking sleep.
+        std::thread::sleep(FREEZE_WINDOW);
+        self.set_counter(record, v + 1).await;
+        self.fenced_write(record).await;
+        let mut r = lock(record).clone();
+        r.end = now_ns();
+        r.outcome = match guard.release().await {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => format!("release-{}", self.errors.count(&e)),
+        };
+        self.log(&r);
+        true
+    }
+}
+
+/// How long the frozen section blocks, waiting to be frozen.
+pub const FREEZE_WINDOW: Duration = Duration::from_secs(2);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn connect(cfg: &WorkerConfig) -> LockClient {
+    let mut last = None;
+    for _ in 0..50 {
+        let mut builder = LockClient::builder().name(format!("worker-{}", cfg.id));
+        if let Some(ms) = cfg.restart_grace_ms {
+            builder = builder.restart_grace(Duration::from_millis(ms));
+        }
+        match builder.connect(&cfg.lock_url).await {
+            Ok(client) => return client,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("worker {}: cannot connect: {last:?}", cfg.id);
+}
+
+async fn run_worker(cfg: WorkerConfig) {
+    let client = connect(&cfg).await;
+    let data = redis::Client::open(cfg.data_url.as_str())
+        .expect("data url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("data server connection");
+    let worker = Arc::new(Worker {
+        keys: DataKeys::new(&cfg.ns),
+        cfg,
+        client,
+        data,
+        fenced: redis::Script::new(FENCED_WRITE),
+        stop: AtomicBool::new(false),
+        errors: ErrorCounts::default(),
+        log: Mutex::new(Vec::new()),
+    });
+    // Watch for the parent's stop key.
+    let watcher = {
+        let worker = worker.clone();
+        tokio::spawn(async move {
+            let mut data = worker.data.clone();
+            while !worker.stopping() {
+                let stop: Option<String> = redis::cmd("GET")
+                    .arg(&worker.keys.stop)
+                    .query_async(&mut data)
+                    .await
+                    .unwrap_or(None);
+                if stop.is_some() {
+                    worker.stop.store(true, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let tasks: Vec<_> = (0..worker.cfg.tasks)
+        .map(|t| tokio::spawn(worker.clone().task(t)))
+        .collect();
+    for t in tasks {
+        t.await.expect("a worker task panicked");
+    }
+    watcher.abort();
+
+    let e = &worker.errors;
+    let mut lines = std::mem::take(&mut *lock(&worker.log));
+    lines.push(format!(
+        "E {} {} {} {} {}",
+        e.busy.load(Ordering::Relaxed),
+        e.backend.load(Ordering::Relaxed),
+        e.lost.load(Ordering::Relaxed),
+        e.other.load(Ordering::Relaxed),
+        lock(&e.sample).clone().unwrap_or_default(),
+    ));
+    let mut file = std::fs::File::create(&worker.cfg.log_path).expect("worker log");
+    for line in lines {
+        writeln!(file, "{line}").expect("worker log write");
+    }
+    file.sync_all().expect("worker log sync");
+}
+
+/// Run only as a child of the fault scenarios (see `scenarios.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of the fault scenarios"]
+async fn faults_worker() {
+    let Ok(cfg) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let cfg: WorkerConfig = serde_json::from_str(&cfg).expect("worker config");
+    run_worker(cfg).await;
+}
