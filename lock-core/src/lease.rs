@@ -157,11 +157,11 @@ impl Lease {
             .is_some_and(|max| now >= self.acquired_at + max)
     }
 
-    /// The lease is gone, for `cause` (first cause wins).
+    /// The lease is gone, for `cause` (first cause wins). The watchdog
+    /// drops it at its next look (this may run inside the watchdog's own
+    /// bookkeeping, so it must not call back into it).
     fn mark_lost(&self, cause: LostCause) {
-        if self.leave_held(State::Lost(cause)) {
-            self.issuer.watchdog.untrack(self.id);
-        }
+        self.leave_held(State::Lost(cause));
     }
 
     fn leave_held(&self, state: State) -> bool {

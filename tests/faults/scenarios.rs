@@ -490,9 +490,6 @@ fn sleep_to_next_wall_second(offset: Duration) {
 }
 
 #[test]
-#[ignore = "issue 10 (6): the fence counter restarted in the second its predecessor started repeats \
-            tokens; restart_grace not implemented: 76 current holders' fenced writes rejected, \
-            3 token regressions in 734 sections"]
 fn restart_short_bodies() {
     let f = restarts(
         "restart_short_bodies",
@@ -504,9 +501,6 @@ fn restart_short_bodies() {
 }
 
 #[test]
-#[ignore = "issue 10 (7): after a restart without persistence another process gets the lock at \
-            once and the old holder writes before a renewal finds its key gone; restart_grace and \
-            restart detection not implemented: 3 overlapping writes, 3 lost updates in 12 sections"]
 fn restart_long_bodies() {
     let f = restarts(
         "restart_long_bodies",
@@ -561,8 +555,6 @@ fn debug_sleep() {
 /// A server that may evict keys is refused at connect, with an error naming
 /// its policy; `allow_eviction(true)` accepts it.
 #[test]
-#[ignore = "issue 10 (8): allkeys-lru and volatile-lru servers are accepted at connect; \
-            the maxmemory-policy check (allow_eviction) is not implemented"]
 fn evicting_server_refused() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     tokio::runtime::Builder::new_current_thread()

@@ -103,7 +103,6 @@ async fn bounded_job(client: &LockClient, finished: &AtomicBool) -> Result<(), A
 /// `max_hold`: renewal stops, the lease runs out, the body is dropped with
 /// `Lost { cause: MaxHold }`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "enable once LockRequest::max_hold stops renewal (the lead's part of issue 14)"]
 async fn max_hold_drops_a_renewed_body() {
     let server = RedisServer::start();
     let client = redis_client(&server).await;
