@@ -1,0 +1,103 @@
+//! Helpers shared by the safety tests: Redis names of a lock, a server
+//! stalled by `DEBUG SLEEP`, bounded polling.
+
+#![allow(dead_code)]
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use leasehold::LockClient;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::support::RedisServer;
+
+/// `leasehold:{key}:lock`, the lock key (default prefix).
+pub fn lock_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:lock")
+}
+
+/// `leasehold:{key}:queue`, the line of waiters.
+pub fn queue_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:queue")
+}
+
+/// `leasehold:{key}:waiting`, the waiters' places.
+pub fn places_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:waiting")
+}
+
+/// `leasehold:{key}:released`, the release channel.
+pub fn channel_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:released")
+}
+
+pub fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        other => panic!("expected an integer reply, got {other:?}"),
+    }
+}
+
+pub fn exists(server: &RedisServer, key: &str) -> bool {
+    int(&server.cmd(&["EXISTS", key])) == 1
+}
+
+/// Places in line for `key`: entries of the `:waiting` hash plus entries of
+/// the `:queue` list (both must be empty when nobody waits).
+pub fn places_in_line(server: &RedisServer, key: &str) -> i64 {
+    int(&server.cmd(&["HLEN", &places_name(key)])) + int(&server.cmd(&["LLEN", &queue_name(key)]))
+}
+
+/// Subscribers of `key`'s release channel (`PUBSUB NUMSUB`).
+pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
+    match server.cmd(&["PUBSUB", "NUMSUB", &channel_name(key)]) {
+        Value::Array(items) => items.get(1).map(int).unwrap_or(0),
+        other => panic!("PUBSUB NUMSUB: unexpected {other:?}"),
+    }
+}
+
+/// `DEBUG SLEEP` for `stall` on its own connection, in a thread: the server
+/// answers nothing meanwhile. Returns once the command has been sent (the
+/// handle joins when the server answers again).
+pub fn stall(server: &RedisServer, stall: Duration) -> JoinHandle<()> {
+    let mut con = server.connection().expect("connect for DEBUG SLEEP");
+    let seconds = format!("{:.3}", stall.as_secs_f64());
+    let handle = std::thread::spawn(move || {
+        let _ = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(&seconds)
+            .query::<Value>(&mut con);
+    });
+    // Let the command reach the server before the caller goes on.
+    std::thread::sleep(Duration::from_millis(100));
+    handle
+}
+
+/// Wait (blocking the caller's task in a blocking thread) for a stall to end.
+pub async fn stall_over(handle: JoinHandle<()>) {
+    tokio::task::spawn_blocking(move || handle.join().expect("stall thread"))
+        .await
+        .expect("join stall thread");
+}
+
+/// Poll `condition` every 20 ms until it holds or `bound` passes; returns
+/// whether it held. A hang guard or a correctness bound, never a speed test.
+pub async fn eventually(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn connect(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url())
+        .await
+        .expect("connect to the test redis-server")
+}

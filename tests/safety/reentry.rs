@@ -1,0 +1,130 @@
+//! Issue 10 #1 (SPEC 12): re-entry only for the holder. A guard moved to
+//! another task is that task's; the acquiring task's next acquisition waits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::common::{connect, lock_name};
+use crate::support::RedisServer;
+
+/// The dispatcher pattern: take `jobs`, hand the guard to a spawned worker,
+/// take `jobs` again (waiting). The second acquisition must not succeed
+/// while the worker still holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 #1: the dispatcher re-enters at once while the worker holds the guard (3 overlapping holders)"]
+async fn a_guard_moved_to_a_worker_makes_the_dispatcher_wait() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let busy = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+
+    let dispatcher = tokio::spawn({
+        let (client, busy, overlaps) = (client.clone(), busy.clone(), overlaps.clone());
+        async move {
+            let mut workers = Vec::new();
+            for _ in 0..3 {
+                let guard = client
+                    .lock("jobs")
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .expect("dispatcher acquires jobs");
+                if busy.load(Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                // Marked busy before the guard leaves this task.
+                busy.store(true, Ordering::SeqCst);
+                let busy = busy.clone();
+                workers.push(tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    busy.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("worker releases jobs");
+                }));
+            }
+            for worker in workers {
+                worker.await.expect("worker");
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), dispatcher)
+        .await
+        .expect("dispatcher finished")
+        .expect("dispatcher task");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "the dispatcher acquired `jobs` while a worker still held it"
+    );
+    assert!(!crate::common::exists(&server, &lock_name("jobs")));
+}
+
+/// Same-task nesting still re-enters without a round trip: the inner
+/// acquisition completes while Redis is frozen (SIGSTOP), and only the
+/// outermost release gives the lock back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_task_nesting_re_enters_without_a_round_trip() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let outer = client
+        .lock("nested")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("outer acquire");
+
+    server.pause();
+    let inner = tokio::time::timeout(
+        Duration::from_secs(5),
+        client
+            .lock("nested")
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::from_secs(1))
+            .acquire(),
+    )
+    .await;
+    server.resume();
+    let inner = inner
+        .expect("re-entry waited for the frozen server: it made a round trip")
+        .expect("re-entry in the same task");
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    inner.release().await.expect("inner release");
+    assert!(
+        crate::common::exists(&server, &lock_name("nested")),
+        "the inner release gave the lock back"
+    );
+    outer.release().await.expect("outer release");
+    assert!(!crate::common::exists(&server, &lock_name("nested")));
+}
+
+/// Same as above through `run` bodies nested in one task (what
+/// `#[distributed_lock]` functions calling each other do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_run_bodies_re_enter() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let inner_client = client.clone();
+    let tokens = client
+        .lock("nested-run")
+        .ttl(Duration::from_secs(10))
+        .run(async move {
+            let outer = leasehold::fencing_token();
+            let inner = tokio::time::timeout(
+                Duration::from_secs(5),
+                inner_client
+                    .lock("nested-run")
+                    .ttl(Duration::from_secs(10))
+                    .run(async { leasehold::fencing_token() }),
+            )
+            .await
+            .expect("nested run did not complete")
+            .expect("nested run re-enters");
+            (outer, inner)
+        })
+        .await
+        .expect("outer run");
+    assert!(tokens.0.is_some());
+    assert_eq!(tokens.0, tokens.1);
+    assert!(!crate::common::exists(&server, &lock_name("nested-run")));
+}
