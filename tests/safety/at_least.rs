@@ -49,7 +49,9 @@ async fn an_early_release_with_at_least_hands_over_when_at_least_ends() {
         }
     });
     assert!(
-        eventually(Duration::from_secs(5), || places_in_line(&server, "report") >= 1).await,
+        eventually(Duration::from_secs(5), || places_in_line(&server, "report")
+            >= 1)
+        .await,
         "B did not take a place in line"
     );
     tokio::time::sleep(Duration::from_millis(200).saturating_sub(started.elapsed())).await;
@@ -80,10 +82,6 @@ async fn an_early_release_with_at_least_hands_over_when_at_least_ends() {
 
     // B is done: nobody is in line and a third client gets it at once.
     assert_eq!(places_in_line(&server, "report"), 0);
-    let third = c
-        .lock("report")
-        .try_acquire()
-        .await
-        .expect("try_acquire");
+    let third = c.lock("report").try_acquire().await.expect("try_acquire");
     assert!(third.is_some(), "the free lock is kept from a third client");
 }

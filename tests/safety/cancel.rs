@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::common::{
-    channel_name, connect, eventually, exists, lock_name, places_in_line, places_name, stall,
-    stall_over, subscribers,
+    channel_name, connect, debuggable, eventually, exists, lock_name, places_in_line, places_name,
+    stall, stall_over, subscribers, warm_up,
 };
 use crate::support::RedisServer;
 
@@ -18,7 +18,7 @@ use crate::support::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #2: the dropped waiter's token stays first in line; try_acquire from another client gets None for the holder's remaining TTL + 2 s"]
 async fn a_waiter_dropped_mid_attempt_leaves_no_place_in_line() {
-    let server = RedisServer::start();
+    let server = debuggable(&[]);
     let (holder, waiter, other) = (
         connect(&server).await,
         connect(&server).await,
@@ -41,7 +41,10 @@ async fn a_waiter_dropped_mid_attempt_leaves_no_place_in_line() {
             .acquire(),
     )
     .await;
-    assert!(dropped.is_err(), "the waiter was not in flight: {dropped:?}");
+    assert!(
+        dropped.is_err(),
+        "the waiter was not in flight: {dropped:?}"
+    );
     stall_over(stalled).await;
 
     // The server has now run the dropped attempt; the cleanup follows it.
@@ -76,10 +79,14 @@ async fn a_waiter_dropped_mid_attempt_leaves_no_place_in_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #3: the dropped acquisition's lock stays set, with no guard, for its full TTL (10 s)"]
 async fn an_acquisition_dropped_in_flight_leaves_no_lock() {
-    let server = RedisServer::start();
+    let server = debuggable(&[]);
     let (client, other) = (connect(&server).await, connect(&server).await);
+    warm_up(&client).await;
 
-    for (round, wait) in [Duration::ZERO, Duration::from_secs(5)].into_iter().enumerate() {
+    for (round, wait) in [Duration::ZERO, Duration::from_secs(5)]
+        .into_iter()
+        .enumerate()
+    {
         let key = format!("orphan-{round}");
         let stalled = stall(&server, Duration::from_millis(1000));
         let dropped = tokio::time::timeout(
@@ -91,7 +98,10 @@ async fn an_acquisition_dropped_in_flight_leaves_no_lock() {
                 .acquire(),
         )
         .await;
-        assert!(dropped.is_err(), "the acquisition was not in flight: {dropped:?}");
+        assert!(
+            dropped.is_err(),
+            "the acquisition was not in flight: {dropped:?}"
+        );
         stall_over(stalled).await;
 
         // Generous: cleanup reaches Redis within about one round trip.
@@ -105,7 +115,11 @@ async fn an_acquisition_dropped_in_flight_leaves_no_lock() {
             lock_name(&key),
             server.cmd(&["PTTL", &lock_name(&key)])
         );
-        let got = other.lock(key.clone()).try_acquire().await.expect("try_acquire");
+        let got = other
+            .lock(key.clone())
+            .try_acquire()
+            .await
+            .expect("try_acquire");
         assert!(got.is_some(), "round {round}: the lock is still taken");
     }
 }
@@ -121,7 +135,9 @@ fn pause_when_a_place_is_taken(server: &RedisServer, key: &str) -> std::thread::
     let (armed_tx, armed_rx) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
-        pubsub.subscribe(&channel).expect("SUBSCRIBE keyspace channel");
+        pubsub
+            .subscribe(&channel)
+            .expect("SUBSCRIBE keyspace channel");
         armed_tx.send(()).expect("armed");
         let _ = pubsub.get_message();
         // SAFETY: kill(2) on the test's own child process.
@@ -150,7 +166,11 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
         let key = format!("subscribe-{round}");
         // Warm-up for round 1: a completed wait, so the listener exists.
         if round == 1 {
-            let held = holder.lock("warm-up").acquire().await.expect("warm-up hold");
+            let held = holder
+                .lock("warm-up")
+                .acquire()
+                .await
+                .expect("warm-up hold");
             let wait = tokio::spawn({
                 let waiter = waiter.clone();
                 async move {
@@ -162,10 +182,15 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
                 }
             });
             assert!(
-                eventually(Duration::from_secs(5), || subscribers(&server, "warm-up") == 1).await
+                eventually(Duration::from_secs(5), || subscribers(&server, "warm-up")
+                    == 1)
+                .await
             );
             held.release().await.expect("warm-up release");
-            let got = wait.await.expect("warm-up waiter").expect("warm-up acquired");
+            let got = wait
+                .await
+                .expect("warm-up waiter")
+                .expect("warm-up acquired");
             got.release().await.expect("warm-up waiter release");
         }
 
@@ -206,8 +231,15 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
 
         // Nothing stands between the release and the next client.
         guard.release().await.expect("holder releases");
-        let got = other.lock(key.clone()).try_acquire().await.expect("try_acquire");
-        assert!(got.is_some(), "round {round}: the free lock is kept for a dropped waiter");
+        let got = other
+            .lock(key.clone())
+            .try_acquire()
+            .await
+            .expect("try_acquire");
+        assert!(
+            got.is_some(),
+            "round {round}: the free lock is kept for a dropped waiter"
+        );
     }
     let channels = server.cmd(&["PUBSUB", "CHANNELS", "leasehold:*"]);
     assert_eq!(channels, Value::Array(vec![]), "leaked subscriptions");

@@ -28,7 +28,11 @@ fn exists_on_replica(replica: &RedisServer, key: &str) -> bool {
         return false;
     };
     let _ = redis::cmd("READONLY").query::<()>(&mut con);
-    redis::cmd("EXISTS").arg(key).query::<i64>(&mut con).unwrap_or(0) == 1
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut con)
+        .unwrap_or(0)
+        == 1
 }
 
 /// Sharded subscribers of `key`'s release channel on `node`.
@@ -62,7 +66,10 @@ async fn a_waiter_still_wakes_on_release_after_a_failover() {
     let guard = a.lock(key).ttl(ttl).acquire().await.expect("A acquires");
     let replica_has_it = {
         let node = &cluster.0.nodes()[replica];
-        eventually(Duration::from_secs(5), || exists_on_replica(node, &lock_name(key))).await
+        eventually(Duration::from_secs(5), || {
+            exists_on_replica(node, &lock_name(key))
+        })
+        .await
     };
     assert!(replica_has_it, "the lock never reached the replica");
 
@@ -152,7 +159,15 @@ async fn a_release_during_a_slot_migration_lands() {
     let port = dst.port().to_string();
     let (lock, fence) = (lock_name(key), format!("leasehold:{{{key}}}:fence"));
     src.cmd(&[
-        "MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", &lock, &fence,
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &lock,
+        &fence,
     ]);
 
     let releasing = tokio::spawn(async move { guard.release().await });

@@ -57,21 +57,33 @@ pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
     }
 }
 
+/// A server that accepts `DEBUG` (Redis 7 refuses it by default), with
+/// `extra` arguments.
+pub fn debuggable(extra: &[&str]) -> RedisServer {
+    let mut args = vec!["--enable-debug-command", "yes"];
+    args.extend_from_slice(extra);
+    RedisServer::start_with(&args)
+}
+
 /// `DEBUG SLEEP` for `stall` on its own connection, in a thread: the server
-/// answers nothing meanwhile. Returns once the command has been sent (the
-/// handle joins when the server answers again).
+/// answers nothing meanwhile (start it with [`debuggable`]). Returns once
+/// the server is stalled; the handle joins when it answers again.
 pub fn stall(server: &RedisServer, stall: Duration) -> JoinHandle<()> {
     let mut con = server.connection().expect("connect for DEBUG SLEEP");
     let seconds = format!("{:.3}", stall.as_secs_f64());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
-        let _ = redis::cmd("DEBUG")
+        let reply = redis::cmd("DEBUG")
             .arg("SLEEP")
             .arg(&seconds)
             .query::<Value>(&mut con);
+        let _ = done_tx.send(reply);
     });
-    // Let the command reach the server before the caller goes on.
-    std::thread::sleep(Duration::from_millis(100));
-    handle
+    // Still sleeping after 100 ms: the command reached the server.
+    match done_rx.recv_timeout(Duration::from_millis(100)) {
+        Err(_) => handle,
+        Ok(reply) => panic!("DEBUG SLEEP {stall:?} did not stall the server: {reply:?}"),
+    }
 }
 
 /// Wait (blocking the caller's task in a blocking thread) for a stall to end.
@@ -100,4 +112,15 @@ pub async fn connect(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url())
         .await
         .expect("connect to the test redis-server")
+}
+
+/// Take and give back a lock once, so that the server has the scripts
+/// cached: a later attempt is one `EVALSHA`, not a `NOSCRIPT` and a reload.
+pub async fn warm_up(client: &LockClient) {
+    let guard = client
+        .lock("warm-up-scripts")
+        .acquire()
+        .await
+        .expect("warm-up acquire");
+    guard.release().await.expect("warm-up release");
 }

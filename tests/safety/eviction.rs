@@ -37,7 +37,12 @@ async fn refused(server: &RedisServer, policy: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #8: allkeys-lru and volatile-lru servers are accepted silently; lock keys get evicted"]
 async fn evicting_policies_are_refused_by_name() {
-    for policy in ["allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"] {
+    for policy in [
+        "allkeys-lru",
+        "volatile-lru",
+        "allkeys-random",
+        "volatile-ttl",
+    ] {
         let server = evicting(policy, &[]);
         refused(&server, policy).await;
     }

@@ -18,7 +18,10 @@ async fn a_ttl_of_a_few_milliseconds_is_an_invalid_argument() {
         let ttl = Duration::from_millis(ms);
         let acquired = client.lock("tiny").ttl(ttl).acquire().await;
         assert!(
-            matches!(acquired, Err(LockError::InvalidArgument { name: "ttl", .. })),
+            matches!(
+                acquired,
+                Err(LockError::InvalidArgument { name: "ttl", .. })
+            ),
             "ttl {ttl:?}: expected InvalidArgument(ttl), got {:?}",
             acquired.map(|g| g.is_held())
         );

@@ -7,8 +7,9 @@ use std::time::Duration;
 use leasehold::LockClient;
 use tokio::time::Instant;
 
-use crate::common::{connect, eventually, exists, lock_name, places_in_line, stall, stall_over};
-use crate::support::RedisServer;
+use crate::common::{
+    connect, debuggable, eventually, exists, lock_name, places_in_line, stall, stall_over, warm_up,
+};
 
 /// A's first attempt is queued on a stalled server and its reply comes too
 /// late (a 10 ms response timeout); B, another client, queues its own
@@ -18,13 +19,14 @@ use crate::support::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #5: A's retry is told Busy about its own lock (B is first in line); A's acquire(wait 4 s) fails while its lock sits unowned"]
 async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
-    let server = RedisServer::start();
+    let server = debuggable(&[]);
     let a = LockClient::builder()
         .response_timeout(Duration::from_millis(10))
         .connect(&server.url())
         .await
         .expect("connect A");
     let b = connect(&server).await;
+    warm_up(&b).await;
     let ttl = Duration::from_secs(10);
 
     let stalled = stall(&server, Duration::from_millis(1200));
@@ -57,7 +59,11 @@ async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
     stall_over(stalled).await;
     // B's attempt ran after A's first one: B is in line behind A's lock.
     assert!(
-        eventually(Duration::from_secs(2), || places_in_line(&server, "lost-reply") >= 1).await
+        eventually(Duration::from_secs(2), || places_in_line(
+            &server,
+            "lost-reply"
+        ) >= 1)
+        .await
             || a_task.is_finished(),
         "B did not join the line"
     );

@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockError};
 use tokio::time::Instant;
 
-use crate::common::stall;
+use crate::common::{debuggable, stall};
 use crate::support::RedisServer;
 
 /// The client's per-node response timeout (the default).
@@ -16,7 +16,7 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #13: with one master in DEBUG SLEEP and two answering busy, try_acquire takes 4 s and wait(500 ms) returns Busy after 4 s"]
 async fn a_stalled_master_does_not_hold_up_a_decided_answer() {
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| debuggable(&[])).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let holder = LockClient::connect_redlock(&urls).await.expect("holder");
     let client = LockClient::builder()

@@ -46,11 +46,8 @@ struct UnixServer {
 
 impl UnixServer {
     fn start(password: &str) -> UnixServer {
-        let dir = std::env::temp_dir().join(format!(
-            "lh-safety-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("lh-safety-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).expect("socket dir");
         let socket = dir.join("redis.sock");
         let server = RedisServer::start_with(&[
@@ -86,7 +83,11 @@ async fn unix_socket_pass_never_shows() {
         let url = format!("{scheme}://{path}?pass={secret}");
         let connected = LockClient::connect(&url).await;
         assert!(connected.is_ok(), "{url}: {connected:?}");
-        assert_no_secret(&format!("{scheme}: Debug of the client"), &renderings(&connected), secret);
+        assert_no_secret(
+            &format!("{scheme}: Debug of the client"),
+            &renderings(&connected),
+            secret,
+        );
         if let Ok(client) = &connected {
             let guard = client.lock("unix").try_acquire().await;
             assert_no_secret("Debug of a guard", &renderings(&guard), secret);

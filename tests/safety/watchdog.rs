@@ -41,10 +41,13 @@ fn renewal_continues_on_a_second_runtime() {
     let second = runtime();
     second.block_on(async {
         let ttl = Duration::from_millis(600);
+        // The first command may meet the connection the first runtime
+        // drove (broken pipe); the wait budget retries it.
         let guard = client
             .lock("second-runtime")
             .ttl(ttl)
             .renew(true)
+            .wait(Duration::from_secs(5))
             .acquire()
             .await
             .expect("acquire on the second runtime");
@@ -58,6 +61,9 @@ fn renewal_continues_on_a_second_runtime() {
             crate::common::exists(&server, &lock_name("second-runtime")),
             "the lock key expired: nobody renewed it"
         );
-        guard.release().await.expect("release on the second runtime");
+        guard
+            .release()
+            .await
+            .expect("release on the second runtime");
     });
 }
