@@ -99,6 +99,10 @@ async fn a_waiter_still_wakes_on_release_after_a_failover() {
     .await
     .expect("failover");
 
+    // Let the waiter settle: the failover woke it (its connection broke),
+    // it retried until it found the lock busy on the new master, and it
+    // sleeps again. A release it does not hear now would go unnoticed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     // The lease survived the failover: A can extend it on the new master.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -123,7 +123,7 @@ async fn after_a_restart_no_second_holder_while_the_first_may_hold() {
     touch(&a).await;
 
     // Within the grace (the restarted server is younger than 3 s).
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < deadline {
         let from_b = match &b {
             Some(b) => b.lock("restarted").ttl(ttl).try_acquire().await,
@@ -172,11 +172,14 @@ async fn after_a_restart_the_next_holder_gets_a_higher_token() {
     touch(&a).await;
     let told = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
     let b = connect(&server).await;
+    let until = Instant::now() + Duration::from_secs(15);
     let second = loop {
         match b.lock("restarted").ttl(ttl).try_acquire().await {
             Ok(Some(g)) => break g,
-            Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => panic!("B: {e}"),
+            Ok(None) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("B (no restart_grace) never got the free lock: {other:?}"),
         }
     };
     assert!(
