@@ -244,3 +244,139 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
     let channels = server.cmd(&["PUBSUB", "CHANNELS", "leasehold:*"]);
     assert_eq!(channels, Value::Array(vec![]), "leaked subscriptions");
 }
+
+/// A `release()` dropped while its command is in flight still gives the
+/// lock back: on a server that has the scripts cached (`EVALSHA` runs) and
+/// on one that has not (as after any restart: `NOSCRIPT`, then the script
+/// must still be sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 (SPEC 11, release): a release() dropped in flight on a server without the script cached gets NOSCRIPT and never resends: the lock stays for its TTL (20 s)"]
+async fn a_release_dropped_in_flight_still_releases() {
+    let server = debuggable(&[]);
+    let (client, other) = (connect(&server).await, connect(&server).await);
+    for cache in ["warm", "cold"] {
+        let key = format!("dropped-release-{cache}");
+        let guard = client
+            .lock(key.clone())
+            .ttl(Duration::from_secs(20))
+            .acquire()
+            .await
+            .expect("acquire");
+        if cache == "cold" {
+            server.cmd(&["SCRIPT", "FLUSH"]);
+        } else {
+            warm_up(&client).await;
+        }
+        let stalled = stall(&server, Duration::from_millis(1000));
+        let dropped = tokio::time::timeout(Duration::from_millis(300), guard.release()).await;
+        assert!(
+            dropped.is_err(),
+            "the release was not in flight: {dropped:?}"
+        );
+        stall_over(stalled).await;
+        let gone = eventually(Duration::from_secs(3), || {
+            !exists(&server, &lock_name(&key))
+        })
+        .await;
+        assert!(
+            gone,
+            "{cache} script cache: a dropped release left the lock set (PTTL {:?})",
+            server.cmd(&["PTTL", &lock_name(&key)])
+        );
+        let got = other
+            .lock(key.clone())
+            .try_acquire()
+            .await
+            .expect("try_acquire");
+        assert!(got.is_some(), "{cache}: the lock is still taken");
+    }
+}
+
+/// A `run` dropped while its body runs releases the lock, stops renewing,
+/// and leaves no re-entry record: the same task's next acquisition is a
+/// new one (a new fencing token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dropped_mid_body_releases_and_forgets() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let token = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let running = client
+        .lock("dropped-run")
+        .ttl(Duration::from_millis(900))
+        .renew(true)
+        .run({
+            let token = token.clone();
+            async move {
+                *token.lock().expect("token") = leasehold::fencing_token();
+                let _ = entered_tx.send(());
+                std::future::pending::<()>().await;
+            }
+        });
+    let dropped = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::pin!(running);
+        tokio::select! {
+            _ = &mut running => panic!("the body never ends"),
+            _ = entered_rx => {}
+        }
+        // `running` is dropped here, inside its body.
+    })
+    .await;
+    assert!(dropped.is_ok(), "the body did not start");
+    let first = token.lock().expect("token").expect("a token in the body");
+
+    let gone = eventually(Duration::from_secs(3), || {
+        !exists(&server, &lock_name("dropped-run"))
+    })
+    .await;
+    assert!(
+        gone,
+        "a dropped run left the lock set (or kept renewing it)"
+    );
+    let again = client
+        .lock("dropped-run")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire again");
+    assert!(
+        again.fencing_token() > first,
+        "re-entered a dropped acquisition (token {} after {first})",
+        again.fencing_token()
+    );
+    // Three renewal periods later: nothing renewed the dropped lease.
+    again.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!exists(&server, &lock_name("dropped-run")));
+}
+
+/// An `extend()` dropped in flight leaves the guard usable: it still
+/// releases its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_dropped_in_flight_leaves_a_usable_guard() {
+    let server = debuggable(&[]);
+    let client = connect(&server).await;
+    let guard = client
+        .lock("dropped-extend")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("acquire");
+    let stalled = stall(&server, Duration::from_millis(1000));
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        guard.extend(Duration::from_secs(30)),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the extend was not in flight: {dropped:?}"
+    );
+    stall_over(stalled).await;
+    assert!(guard.is_held());
+    guard
+        .release()
+        .await
+        .expect("release after a dropped extend");
+    assert!(!exists(&server, &lock_name("dropped-extend")));
+}

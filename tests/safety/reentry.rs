@@ -128,3 +128,44 @@ async fn nested_run_bodies_re_enter() {
     assert_eq!(tokens.0, tokens.1);
     assert!(!crate::common::exists(&server, &lock_name("nested-run")));
 }
+
+/// The outer token, and the inner call's outcome (`None`: it waited for the
+/// frozen server, so it made a round trip).
+type NestedOutcome = (
+    Option<u64>,
+    Option<Result<Option<u64>, leasehold::LockError>>,
+);
+
+#[leasehold::distributed_lock(key = "nested-attr", ttl = "10s", client = client)]
+async fn outer_job(
+    client: &leasehold::LockClient,
+    server: &RedisServer,
+) -> Result<NestedOutcome, leasehold::LockError> {
+    let outer = leasehold::fencing_token();
+    server.pause();
+    let inner = tokio::time::timeout(Duration::from_secs(5), inner_job(client)).await;
+    server.resume();
+    Ok((outer, inner.ok()))
+}
+
+#[leasehold::distributed_lock(key = "nested-attr", ttl = "10s", client = client)]
+async fn inner_job(client: &leasehold::LockClient) -> Result<Option<u64>, leasehold::LockError> {
+    Ok(leasehold::fencing_token())
+}
+
+/// Nested `#[distributed_lock]` functions in one task re-enter with no
+/// round trip (the inner call completes while Redis is frozen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_attribute_calls_re_enter_without_a_round_trip() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let (outer, inner) = outer_job(&client, &server)
+        .await
+        .expect("nested attribute calls");
+    let inner = inner
+        .expect("the inner call waited for the frozen server: it made a round trip")
+        .expect("the inner call re-enters");
+    assert!(outer.is_some());
+    assert_eq!(outer, inner);
+    assert!(!crate::common::exists(&server, &lock_name("nested-attr")));
+}
