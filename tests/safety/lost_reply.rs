@@ -12,7 +12,7 @@ use crate::common::{
 };
 
 /// A's first attempt is queued on a stalled server and its reply comes too
-/// late (a 10 ms response timeout); B, another client, queues its own
+/// late (a 25 ms response timeout); B, another client, queues its own
 /// waiting acquisition behind it. The server then runs A's attempt (A owns
 /// the lock), B's (B takes a place in line), and A's next retry: that retry
 /// must be told the lock is A's, not Busy.
@@ -21,7 +21,7 @@ use crate::common::{
 async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
     let server = debuggable(&[]);
     let a = LockClient::builder()
-        .response_timeout(Duration::from_millis(10))
+        .response_timeout(Duration::from_millis(25))
         .connect(&server.url())
         .await
         .expect("connect A");
@@ -84,7 +84,7 @@ async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
         a_done - started
     );
     let fence = a_guard.fencing_token();
-    // A's 10 ms response timeout can fail a release on a busy machine; the
+    // A's 25 ms response timeout can fail a release on a busy machine; the
     // lease then runs out (10 s) instead, and B gets the lock after it.
     let b_bound = match a_guard.release().await {
         Ok(()) => Duration::from_secs(5),

@@ -246,3 +246,35 @@ async fn redlock_restarted_masters_give_no_vote_during_the_grace() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The other side of SPEC 13: a restart that kept the data (AOF, fsync
+/// always) is checked, not punished: the lease is still the holder's
+/// there, so the guard stays held and renewal goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_kept_the_lock_does_not_lose_it() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = connect(&server).await;
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .lock("persisted")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire");
+    server.restart();
+    assert!(
+        exists(&server, &lock_name("persisted")),
+        "the AOF did not bring the lock back"
+    );
+    touch(&client).await;
+    // More than a lease: only renewals on the restarted server keep it.
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    assert!(
+        guard.is_held(),
+        "the lease was reported lost although the server kept it"
+    );
+    assert!(exists(&server, &lock_name("persisted")));
+    guard.release().await.expect("release after the restart");
+    assert!(!exists(&server, &lock_name("persisted")));
+}

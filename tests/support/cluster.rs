@@ -248,7 +248,9 @@ impl RedisCluster {
                 .cmd_result(&["CLUSTER", "INFO"])
                 .map(|v| value_to_string(&v))
                 .unwrap_or_default();
-            if views.iter().all(|v| matches!(v, Ok(Some(o)) if *o == replica))
+            if views
+                .iter()
+                .all(|v| matches!(v, Ok(Some(o)) if *o == replica))
                 && info_lookup(&state, "cluster_state") == Some("ok")
             {
                 return;
