@@ -127,13 +127,15 @@ async fn an_acquisition_dropped_in_flight_leaves_no_lock() {
 /// Subscribe to keyspace events of `key`'s places in line; when the first
 /// one arrives (the waiter's first attempt took its place), SIGSTOP the
 /// server, so that the waiter's next step (subscribing to the release
-/// channel) hangs. Returns once armed; the handle joins after the pause.
-fn pause_when_a_place_is_taken(server: &RedisServer, key: &str) -> std::thread::JoinHandle<()> {
+/// channel) hangs. Returns once armed; the receiver hears when the server
+/// is stopped.
+fn pause_when_a_place_is_taken(server: &RedisServer, key: &str) -> std::sync::mpsc::Receiver<()> {
     let mut con = server.connection().expect("connect for keyspace events");
     let channel = format!("__keyspace@0__:{}", places_name(key));
     let pid = server.pid().expect("server running") as libc::pid_t;
     let (armed_tx, armed_rx) = std::sync::mpsc::channel();
-    let handle = std::thread::spawn(move || {
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
         pubsub
             .subscribe(&channel)
@@ -142,9 +144,12 @@ fn pause_when_a_place_is_taken(server: &RedisServer, key: &str) -> std::thread::
         let _ = pubsub.get_message();
         // SAFETY: kill(2) on the test's own child process.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let _ = paused_tx.send(());
+        // Dropping `pubsub` unsubscribes, which waits for the server: only
+        // after the test resumed it. Detached.
     });
     armed_rx.recv().expect("keyspace subscriber armed");
-    handle
+    paused_rx
 }
 
 /// #4: a waiter dropped while subscribing to the release channel leaves no
@@ -162,6 +167,7 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
     // Round 0 starts the waiter client's release listener (connection
     // establishment is cancelled); round 1 cancels a SUBSCRIBE on the
     // running listener.
+    let mut problems = Vec::new();
     for round in 0..2 {
         let key = format!("subscribe-{round}");
         // Warm-up for round 1: a completed wait, so the listener exists.
@@ -210,24 +216,31 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
                 .acquire(),
         )
         .await;
-        tokio::task::spawn_blocking(move || pauser.join().expect("pauser"))
-            .await
-            .expect("join pauser");
+        let paused = tokio::task::spawn_blocking(move || {
+            pauser.recv_timeout(Duration::from_secs(15)).is_ok()
+        })
+        .await
+        .expect("pauser");
         server.resume();
+        assert!(
+            paused,
+            "round {round}: the waiter never took a place in line"
+        );
         assert!(dropped.is_err(), "round {round}: not dropped: {dropped:?}");
 
         let clean = eventually(Duration::from_secs(3), || {
             subscribers(&server, &key) == 0 && places_in_line(&server, &key) == 0
         })
         .await;
-        assert!(
-            clean,
-            "round {round}: after the waiter was dropped: {} subscriber(s) of {}, places {:?}, line {:?}",
-            subscribers(&server, &key),
-            channel_name(&key),
-            server.cmd(&["HGETALL", &places_name(&key)]),
-            server.cmd(&["LRANGE", &crate::common::queue_name(&key), "0", "-1"]),
-        );
+        if !clean {
+            problems.push(format!(
+                "round {round}: after the waiter was dropped: {} subscriber(s) of {}, places {:?}, line {:?}",
+                subscribers(&server, &key),
+                channel_name(&key),
+                server.cmd(&["HGETALL", &places_name(&key)]),
+                server.cmd(&["LRANGE", &crate::common::queue_name(&key), "0", "-1"]),
+            ));
+        }
 
         // Nothing stands between the release and the next client.
         guard.release().await.expect("holder releases");
@@ -236,13 +249,17 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
             .try_acquire()
             .await
             .expect("try_acquire");
-        assert!(
-            got.is_some(),
-            "round {round}: the free lock is kept for a dropped waiter"
-        );
+        if got.is_none() {
+            problems.push(format!(
+                "round {round}: the free lock is kept for a dropped waiter"
+            ));
+        }
     }
     let channels = server.cmd(&["PUBSUB", "CHANNELS", "leasehold:*"]);
-    assert_eq!(channels, Value::Array(vec![]), "leaked subscriptions");
+    if channels != Value::Array(vec![]) {
+        problems.push(format!("leaked subscriptions: {channels:?}"));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// A `release()` dropped while its command is in flight still gives the
