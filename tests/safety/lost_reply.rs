@@ -17,7 +17,7 @@ use crate::common::{
 /// the lock), B's (B takes a place in line), and A's next retry: that retry
 /// must be told the lock is A's, not Busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #5: A's retry is told Busy about its own lock (B is first in line); A's acquire(wait 4 s) fails while its lock sits unowned"]
+#[ignore = "issue 10 #5: A's retry is told Busy about its own lock (B is first in line): acquire(wait 4 s) returns Busy after 4.0 s while A's token holds the key (PTTL 7 s)"]
 async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
     let server = debuggable(&[]);
     let a = LockClient::builder()
