@@ -57,10 +57,33 @@ pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
     }
 }
 
-/// A server that accepts `DEBUG` (Redis 7 refuses it by default), with
-/// `extra` arguments.
+/// The major version of the `redis-server` the harness starts.
+fn server_major_version() -> u32 {
+    static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let bin =
+            std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let out = std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .expect("redis-server --version");
+        // "Redis server v=7.0.15 sha=..."
+        String::from_utf8_lossy(&out.stdout)
+            .split("v=")
+            .nth(1)
+            .and_then(|v| v.split('.').next())
+            .and_then(|major| major.parse().ok())
+            .unwrap_or(7)
+    })
+}
+
+/// A server that accepts `DEBUG` (Redis 7 refuses it by default; older
+/// servers know no such setting and accept it), with `extra` arguments.
 pub fn debuggable(extra: &[&str]) -> RedisServer {
-    let mut args = vec!["--enable-debug-command", "yes"];
+    let mut args = Vec::new();
+    if server_major_version() >= 7 {
+        args.extend(["--enable-debug-command", "yes"]);
+    }
     args.extend_from_slice(extra);
     RedisServer::start_with(&args)
 }
