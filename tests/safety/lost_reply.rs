@@ -7,15 +7,14 @@ use std::time::Duration;
 use leasehold::LockClient;
 use tokio::time::Instant;
 
-use crate::common::{
-    connect, debuggable, eventually, exists, lock_name, places_in_line, stall, stall_over, warm_up,
-};
+use crate::common::{connect, debuggable, exists, lock_name, stall, stall_over, warm_up};
 
 /// A's first attempt is queued on a stalled server and its reply comes too
 /// late (a 25 ms response timeout); B, another client, queues its own
 /// waiting acquisition behind it. The server then runs A's attempt (A owns
 /// the lock), B's (B takes a place in line), and A's next retry: that retry
-/// must be told the lock is A's, not Busy.
+/// must be told the lock is A's, not Busy. (Should B's attempt run first,
+/// B simply has the lock and the test has nothing to check.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 10 #5: A's retry is told Busy about its own lock (B is first in line): acquire(wait 4 s) returns Busy after 4.0 s while A's token holds the key (PTTL 7 s)"]
 async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
@@ -57,26 +56,32 @@ async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
         }
     });
     stall_over(stalled).await;
-    // B's attempt ran after A's first one: B is in line behind A's lock.
-    assert!(
-        eventually(Duration::from_secs(2), || places_in_line(
-            &server,
-            "lost-reply"
-        ) >= 1)
-        .await
-            || a_task.is_finished(),
-        "B did not join the line"
-    );
 
     let (a_result, a_done) = a_task.await.expect("A's task");
-    let a_guard = a_result.unwrap_or_else(|e| {
-        panic!(
-            "A's acquire failed after {:?} ({e}); the lock key is {:?} with PTTL {:?}",
-            started.elapsed(),
-            server.cmd(&["GET", &lock_name("lost-reply")]),
-            server.cmd(&["PTTL", &lock_name("lost-reply")]),
-        )
-    });
+    let a_guard = match a_result {
+        Ok(guard) => guard,
+        Err(e) => {
+            // Only A and B want the lock. If B has it, A's first attempt
+            // did not run before B's (an implementation may send more than
+            // the script per attempt): the scenario did not arise, and A
+            // was rightly told Busy. If B still waits, the key is A's own.
+            let b_has_it = tokio::time::timeout(Duration::from_secs(2), b_task).await;
+            match b_has_it {
+                Ok(Ok((Ok(b_guard), _))) => {
+                    eprintln!("lost-reply scenario did not arise: B got the lock first ({e})");
+                    b_guard.release().await.expect("B releases");
+                    return;
+                }
+                _ => panic!(
+                    "A's acquire failed after {:?} ({e}) while its own earlier attempt holds \
+                     the lock (B still waits); the lock key is {:?} with PTTL {:?}",
+                    a_done - started,
+                    server.cmd(&["GET", &lock_name("lost-reply")]),
+                    server.cmd(&["PTTL", &lock_name("lost-reply")]),
+                ),
+            }
+        }
+    };
     assert!(a_guard.is_held());
     assert!(
         !b_task.is_finished(),
