@@ -1,4 +1,5 @@
-//! A Redis Cluster of N masters (0 replicas) made of [`RedisServer`]s.
+//! A Redis Cluster of N masters (0 replicas, or replicas added with
+//! `add_replica`) made of [`RedisServer`]s.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -180,6 +181,82 @@ impl RedisCluster {
                 panic!(
                     "migrate_slot({slot}, {to}): nodes do not agree after {CLUSTER_TIMEOUT:?}: {views:?}"
                 );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Adds a replica of master `master`: a new cluster-enabled node that
+    /// meets the cluster, replicates `master` (`CLUSTER REPLICATE`) and has
+    /// finished its first sync; returns its index. The master's diskless
+    /// sync delay is set to 0 first (the default waits 5 s).
+    pub fn add_replica(&mut self, master: usize) -> usize {
+        let node = RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ]);
+        let master_id = self.node_id(master);
+        self.nodes[master].cmd(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        let first = self.nodes[master].port().to_string();
+        node.cmd(&["CLUSTER", "MEET", "127.0.0.1", &first]);
+        self.nodes.push(node);
+        let index = self.nodes.len() - 1;
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        // The new node must know the master before it can replicate it.
+        loop {
+            let replicated = self.nodes[index].cmd_result(&["CLUSTER", "REPLICATE", &master_id]);
+            if replicated.is_ok() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                panic!("CLUSTER REPLICATE {master_id} on the new node: {replicated:?}");
+            }
+            std::thread::sleep(POLL);
+        }
+        loop {
+            let info = self.nodes[index].info("replication");
+            if info_lookup(&info, "master_link_status") == Some("up") {
+                break;
+            }
+            if Instant::now() >= deadline {
+                panic!("replica of node {master} not in sync after {CLUSTER_TIMEOUT:?}:\n{info}");
+            }
+            std::thread::sleep(POLL);
+        }
+        self.wait_until_ok();
+        index
+    }
+
+    /// Kills master `master` (SIGKILL, it stays down) and promotes its
+    /// replica `replica` at once with `CLUSTER FAILOVER TAKEOVER`; returns
+    /// once every running node reports the replica as the owner of `slot`
+    /// (one of the master's slots) and the replica reports `cluster_state:ok`.
+    pub fn kill_and_fail_over(&mut self, master: usize, replica: usize, slot: u16) {
+        self.nodes[master].stop();
+        self.nodes[replica].cmd(&["CLUSTER", "FAILOVER", "TAKEOVER"]);
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let views: Vec<Result<Option<usize>, String>> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_running())
+                .map(|i| self.owner_seen_by(i, slot))
+                .collect();
+            let state = self.nodes[replica]
+                .cmd_result(&["CLUSTER", "INFO"])
+                .map(|v| value_to_string(&v))
+                .unwrap_or_default();
+            if views
+                .iter()
+                .all(|v| matches!(v, Ok(Some(o)) if *o == replica))
+                && info_lookup(&state, "cluster_state") == Some("ok")
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!("failover of slot {slot} to node {replica} not seen: {views:?}\n{state}");
             }
             std::thread::sleep(POLL);
         }

@@ -1,0 +1,282 @@
+//! Issue 10 #7 and the Redlock "delayed restart" (SPEC 13): a server that
+//! restarted without persistence is not believed.
+
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError, LostCause};
+use tokio::time::Instant;
+
+use crate::common::{connect, exists, lock_name};
+use crate::support::RedisServer;
+
+/// Some traffic on `client` after a restart, so that it sees the new server
+/// (its connection is re-established). The outcome does not matter.
+async fn touch(client: &LockClient) {
+    for _ in 0..5 {
+        match client.lock("restart-probe").try_acquire().await {
+            Ok(Some(guard)) => {
+                let _ = guard.release().await;
+                return;
+            }
+            Ok(None) => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The old holder is told at once (when its client sees the restarted
+/// server, not at its next renewal ttl/3 later), with the cause `Restarted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 #7: the body still runs 8 s after the restart (the lease is noticed only at its next renewal, ttl/3 = 10 s after acquisition; run() would say Expired, not Restarted)"]
+async fn a_restart_makes_the_old_holder_lost_at_once() {
+    let mut server = RedisServer::start();
+    let client = connect(&server).await;
+    // Renewed every 10 s: the renewal alone would notice 10 s after acquisition.
+    let ttl = Duration::from_secs(30);
+    let run = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("restarted")
+                .ttl(ttl)
+                .renew(true)
+                .run(tokio::time::sleep(Duration::from_secs(60)))
+                .await
+        }
+    });
+    let acquired = Instant::now();
+    assert!(
+        crate::common::eventually(Duration::from_secs(5), || exists(
+            &server,
+            &lock_name("restarted")
+        ))
+        .await
+    );
+
+    server.restart();
+    let restarted = Instant::now();
+    touch(&client).await;
+    // Before the next renewal (at acquisition + 10 s), with a wide margin.
+    let bound = (acquired + ttl / 3 - Duration::from_secs(2)).saturating_duration_since(restarted);
+    let outcome = tokio::time::timeout(bound, run).await;
+    let outcome = outcome
+        .unwrap_or_else(|_| {
+            panic!(
+                "the body still runs {:?} after the restart: the lease is not reported lost",
+                restarted.elapsed()
+            )
+        })
+        .expect("run task");
+    match outcome {
+        Err(LockError::Lost { cause, .. }) => assert_eq!(cause, LostCause::Restarted),
+        other => panic!("expected Lost(Restarted), got {other:?}"),
+    }
+}
+
+/// Sleep until every server has been up for at least `secs` seconds, so
+/// that a `restart_grace` shorter than that refuses only restarted ones.
+async fn wait_for_uptime(servers: &[&RedisServer], secs: u64) {
+    loop {
+        let youngest = servers
+            .iter()
+            .map(|s| s.info_field("server", "uptime_in_seconds"))
+            .min()
+            .unwrap_or(secs);
+        if youngest >= secs {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A client with `restart_grace`, or `None` if it refuses to connect at
+/// all (which grants nothing either).
+async fn with_grace(grace: Duration, url: &str) -> Option<LockClient> {
+    LockClient::builder()
+        .restart_grace(grace)
+        .connect(url)
+        .await
+        .ok()
+}
+
+/// After the restart, nobody gets the lock while the old guard may still
+/// believe it holds it: not a client with `restart_grace` (which did not
+/// see the restart), not the old holder's own client (which did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 #7: right after the restart B (restart_grace 3 s) gets the lock while A's guard is_held(), with the same fencing token"]
+async fn after_a_restart_no_second_holder_while_the_first_may_hold() {
+    let mut server = RedisServer::start();
+    let grace = Duration::from_secs(3);
+    wait_for_uptime(&[&server], 4).await;
+    let a = connect(&server).await;
+    let ttl = Duration::from_secs(10);
+    let guard = a
+        .lock("restarted")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("A acquires");
+
+    server.restart();
+    let b = with_grace(grace, &server.url()).await;
+    touch(&a).await;
+
+    // Within the grace (the restarted server is younger than 3 s).
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < deadline {
+        let from_b = match &b {
+            Some(b) => b.lock("restarted").ttl(ttl).try_acquire().await,
+            None => Ok(None),
+        };
+        let a_again = tokio::spawn({
+            let a = a.clone();
+            async move { a.lock("restarted").ttl(ttl).try_acquire().await }
+        })
+        .await
+        .expect("task of A's client");
+        for (who, result) in [
+            ("B (restart_grace 3 s)", from_b),
+            ("A's client (saw the restart), another task", a_again),
+        ] {
+            if let Ok(Some(second)) = result {
+                panic!(
+                    "{who} got the lock (token {}) right after the restart; the first guard (token {}) is_held() = {}",
+                    second.fencing_token(),
+                    guard.fencing_token(),
+                    guard.is_held()
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Without `restart_grace`, a client that did not see the restart may get
+/// the lock once the old holder was told; the two must never share a
+/// fencing token (the new one is higher).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 #7: A's guard is still is_held() 3 s after its client saw the restarted server, while B gets the lock"]
+async fn after_a_restart_the_next_holder_gets_a_higher_token() {
+    let mut server = RedisServer::start();
+    let a = connect(&server).await;
+    let ttl = Duration::from_secs(30);
+    let guard = a
+        .lock("restarted")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("A acquires");
+    server.restart();
+    touch(&a).await;
+    let told = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
+    let b = connect(&server).await;
+    let until = Instant::now() + Duration::from_secs(15);
+    let second = loop {
+        match b.lock("restarted").ttl(ttl).try_acquire().await {
+            Ok(Some(g)) => break g,
+            Ok(None) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("B (no restart_grace) never got the free lock: {other:?}"),
+        }
+    };
+    assert!(
+        second.fencing_token() > guard.fencing_token(),
+        "B's token {} is not above A's {}",
+        second.fencing_token(),
+        guard.fencing_token()
+    );
+    assert!(
+        told.is_ok() && !guard.is_held(),
+        "two holders: B got the lock after the restart while A's guard is_held()"
+    );
+}
+
+/// Redis's "delayed restart", enforced by the client: 3 masters; one is
+/// down while A takes the lock on the other two; it comes back empty, and
+/// one of A's two restarts without persistence. B (`restart_grace` = the
+/// lease) must not get a majority while A's lease is valid. (`INFO`'s
+/// `uptime_in_seconds` is whole seconds and can read up to 1 s high: a
+/// check that does not round in the safe direction fails here now and then.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 10 (delayed restart): B (restart_grace = ttl) gets a majority from the two restarted masters while A's lease is valid, same token as A"]
+async fn redlock_restarted_masters_give_no_vote_during_the_grace() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let ttl = Duration::from_secs(4);
+    // Older than the grace: only a restart makes a master too young.
+    wait_for_uptime(&nodes.iter().collect::<Vec<_>>(), 5).await;
+    let redlock = |grace: Duration| {
+        let urls = urls.clone();
+        async move {
+            LockClient::builder()
+                .connect_timeout(Duration::from_millis(500))
+                .response_timeout(Duration::from_millis(500))
+                .restart_grace(grace)
+                .connect_redlock(urls)
+                .await
+        }
+    };
+
+    nodes[2].stop();
+    let a = redlock(ttl).await.expect("connect A to the masters");
+    let guard = a
+        .lock("delayed")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("A acquires on two of three");
+    assert!(exists(&nodes[0], &lock_name("delayed")));
+    assert!(exists(&nodes[1], &lock_name("delayed")));
+    nodes[2].restart();
+    nodes[1].restart();
+
+    let Ok(b) = redlock(ttl).await else {
+        return; // refusing to connect grants nothing either
+    };
+    while guard.is_held() {
+        if let Ok(Some(second)) = b.lock("delayed").ttl(ttl).try_acquire().await {
+            panic!(
+                "B got a majority (token {}) while A's lease is valid (A is_held() = {}, token {})",
+                second.fencing_token(),
+                guard.is_held(),
+                guard.fencing_token()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The other side of SPEC 13: a restart that kept the data (AOF, fsync
+/// always) is checked, not punished: the lease is still the holder's
+/// there, so the guard stays held and renewal goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_kept_the_lock_does_not_lose_it() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = connect(&server).await;
+    let ttl = Duration::from_secs(3);
+    let guard = client
+        .lock("persisted")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire");
+    server.restart();
+    assert!(
+        exists(&server, &lock_name("persisted")),
+        "the AOF did not bring the lock back"
+    );
+    touch(&client).await;
+    // More than a lease: only renewals on the restarted server keep it.
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    assert!(
+        guard.is_held(),
+        "the lease was reported lost although the server kept it"
+    );
+    assert!(exists(&server, &lock_name("persisted")));
+    guard.release().await.expect("release after the restart");
+    assert!(!exists(&server, &lock_name("persisted")));
+}
