@@ -236,31 +236,57 @@ impl LockError {
     }
 }
 
-/// Redact the password of a Redis URL: `redis://u:secret@h:1/0` becomes
-/// `redis://u:***@h:1/0`. Anything that is not a URL with credentials is
-/// returned as it is.
+/// Redact every password of a Redis URL, whatever its form:
+/// `redis://u:secret@h:1/0` becomes `redis://u:***@h:1/0`, and a password
+/// given as a query parameter (`unix:///s.sock?pass=secret`, `password=`)
+/// becomes `***`. Passwords may contain unescaped `#`, `/`, `?` or `@`: the
+/// credentials are everything up to the *last* `@`, since a host cannot
+/// contain one.
 pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+    let (scheme, rest) = match url.find("://") {
+        Some(end) => url.split_at(end + 3),
+        None => ("", url),
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
+    let mut out = String::with_capacity(url.len());
+    out.push_str(scheme);
+    let after_credentials = match rest.rfind('@') {
+        Some(at) if !scheme.is_empty() => {
+            let userinfo = &rest[..at];
+            match userinfo.find(':') {
+                Some(colon) => {
+                    out.push_str(&userinfo[..colon]);
+                    out.push_str(":***@");
+                }
+                // `redis://secret@host` puts the password in the user position.
+                None => out.push_str("***@"),
+            }
+            &rest[at + 1..]
+        }
+        _ => rest,
     };
-    let userinfo = &authority[..at];
-    let redacted_userinfo = match userinfo.find(':') {
-        Some(colon) => format!("{}:***", &userinfo[..colon]),
-        // `redis://secret@host` puts the password in the user position.
-        None => "***".to_owned(),
+    out.push_str(&redact_query(after_credentials));
+    out
+}
+
+/// `pass=` and `password=` query parameters, redacted.
+fn redact_query(text: &str) -> String {
+    let Some(start) = text.find('?') else {
+        return text.to_owned();
     };
-    format!(
-        "{}{}@{}",
-        &url[..scheme_end + 3],
-        redacted_userinfo,
-        &rest[at + 1..]
-    )
+    let (path, query) = text.split_at(start + 1);
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, _)) if is_secret_param(name) => format!("{name}=***"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{path}{}", params.join("&"))
+}
+
+fn is_secret_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "pass" || name == "password" || name.ends_with("password") || name.ends_with("pass")
 }
 
 #[cfg(test)]
@@ -278,6 +304,18 @@ mod tests {
         assert_eq!(redact_url("redis://host:1/2"), "redis://host:1/2");
         assert_eq!(redact_url("redis://u:p@ss:w@host/"), "redis://u:***@host/");
         assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+        assert_eq!(
+            redact_url("unix:///tmp/r.sock?db=1&pass=secret"),
+            "unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redact_url("redis://:Hunter2#Pw@127.0.0.1:1"),
+            "redis://:***@127.0.0.1:1"
+        );
+        assert_eq!(
+            redact_url("redis://u:a/b?c@d@h:1/0?password=x"),
+            "redis://u:***@h:1/0?password=***"
+        );
     }
 
     #[test]

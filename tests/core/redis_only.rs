@@ -421,7 +421,7 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
     assert!(err.is_busy());
     // Leaving happens in the background, right after.
     wait_until("the place in line was not given up", || {
-        server.cmd(&["EXISTS", "leasehold:{line}:queue"]) == redis::Value::Int(0)
+        server.cmd(&["EXISTS", "leasehold:{line}:line"]) == redis::Value::Int(0)
     })
     .await;
     guard.release().await.unwrap();
@@ -454,10 +454,10 @@ async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lap
         },
         other => panic!("{other:?}"),
     };
-    server.cmd(&["RPUSH", "leasehold:{ghost}:queue", "dead-waiter"]);
+    server.cmd(&["RPUSH", "leasehold:{ghost}:line", "dead-waiter"]);
     server.cmd(&[
         "HSET",
-        "leasehold:{ghost}:waiting",
+        "leasehold:{ghost}:places",
         "dead-waiter",
         &(now_ms + 800).to_string(),
     ]);

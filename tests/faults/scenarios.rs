@@ -400,7 +400,11 @@ fn holder_sigstopped() {
         };
         assert_eq!(pid, run.children[0].id(), "frozen pid");
         freeze_process(pid);
-        sleep(FREEZE_WINDOW.max(TTL * 3));
+        // Long enough that the line moves on without the frozen process:
+        // its other tasks may be first in line, and a waiter that does not
+        // come back keeps its place for its expected sleep (up to the
+        // lease) plus 2 s before the lock goes to the next.
+        sleep(FREEZE_WINDOW.max(TTL * 6));
         thaw_process(pid);
     });
     let name = "holder_sigstopped";

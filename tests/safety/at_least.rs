@@ -10,7 +10,6 @@ use crate::common::{connect, eventually, exists, lock_name, places_in_line};
 use crate::support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #12: A's early release shortens the key to at_least (gone at 1 s) but announces nothing: B still waits at 4.0 s (it wakes at the old expiry, 6 s)"]
 async fn an_early_release_with_at_least_hands_over_when_at_least_ends() {
     let server = RedisServer::start();
     let (a, b, c) = (

@@ -16,7 +16,6 @@ use crate::support::RedisServer;
 /// a slow server leaves no place in line: once the holder releases, another
 /// client gets the lock at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #2: the dropped waiter's token is still first in line 2 s after the server ran its attempt (kept for the holder's TTL + 2 s), so the released lock is kept for a ghost"]
 async fn a_waiter_dropped_mid_attempt_leaves_no_place_in_line() {
     let server = debuggable(&[]);
     let (holder, waiter, other) = (
@@ -77,7 +76,6 @@ async fn a_waiter_dropped_mid_attempt_leaves_no_place_in_line() {
 /// #3: an acquisition dropped while its command is in flight leaves no
 /// orphaned lock: soon after the server ran it, the key is gone again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #3: the dropped acquisition's lock is still set 3 s after the server ran it (PTTL 7 s of 10 s), with no guard to release it"]
 async fn an_acquisition_dropped_in_flight_leaves_no_lock() {
     let server = debuggable(&[]);
     let (client, other) = (connect(&server).await, connect(&server).await);
@@ -155,7 +153,6 @@ fn pause_when_a_place_is_taken(server: &RedisServer, key: &str) -> std::sync::mp
 /// #4: a waiter dropped while subscribing to the release channel leaves no
 /// subscription and no place in line (and the line works afterwards).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #4: dropped while starting the listener: its place in line stays; dropped during SUBSCRIBE: place and subscription stay (PUBSUB NUMSUB 1, forever); the free lock is kept for the ghost"]
 async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
     let server = RedisServer::start_with(&["--notify-keyspace-events", "Kh"]);
     let (holder, waiter, other) = (
@@ -238,7 +235,7 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
                 subscribers(&server, &key),
                 channel_name(&key),
                 server.cmd(&["HGETALL", &places_name(&key)]),
-                server.cmd(&["LRANGE", &crate::common::queue_name(&key), "0", "-1"]),
+                server.cmd(&["LRANGE", &crate::common::line_name(&key), "0", "-1"]),
             ));
         }
 
@@ -267,7 +264,6 @@ async fn a_waiter_dropped_while_subscribing_leaks_nothing() {
 /// on one that has not (as after any restart: `NOSCRIPT`, then the script
 /// must still be sent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 (SPEC 11, release): a release() dropped in flight on a server without the script cached (as after any restart) gets NOSCRIPT and never resends: the lock stays for its TTL (PTTL 16 s of 20 s); with the script cached it lands"]
 async fn a_release_dropped_in_flight_still_releases() {
     let server = debuggable(&[]);
     let (client, other) = (connect(&server).await, connect(&server).await);

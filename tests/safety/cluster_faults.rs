@@ -47,7 +47,6 @@ fn shard_subscribers(node: &RedisServer, key: &str) -> i64 {
 /// lease survives there, and a waiter in another client is still woken
 /// by the holder's release (not by the lease running out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #14: after the failover the waiter has no subscription on the new master: not woken 6 s after the release (it wakes at the holder's expiry, 12 s)"]
 async fn a_waiter_still_wakes_on_release_after_a_failover() {
     let key = "failing-over";
     let mut cluster = tokio::task::spawn_blocking(move || {
@@ -141,7 +140,6 @@ async fn a_waiter_still_wakes_on_release_after_a_failover() {
 /// retrying and lands once the migration ends; the lock does not stay for
 /// its TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #15: release() returns Backend(TryAgain) mid-migration, the guard is spent and the lock stays for its TTL (PTTL 16 s of 25 s after the migration ended)"]
 async fn a_release_during_a_slot_migration_lands() {
     let key = "migrating-release";
     let cluster = tokio::task::spawn_blocking(|| Arc::new(RedisCluster::start(3)))

@@ -17,14 +17,14 @@ pub fn lock_name(key: &str) -> String {
     format!("leasehold:{{{key}}}:lock")
 }
 
-/// `leasehold:{key}:queue`, the line of waiters.
-pub fn queue_name(key: &str) -> String {
-    format!("leasehold:{{{key}}}:queue")
+/// `leasehold:{key}:line`, the line of waiters.
+pub fn line_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:line")
 }
 
-/// `leasehold:{key}:waiting`, the waiters' places.
+/// `leasehold:{key}:places`, the waiters' places.
 pub fn places_name(key: &str) -> String {
-    format!("leasehold:{{{key}}}:waiting")
+    format!("leasehold:{{{key}}}:places")
 }
 
 /// `leasehold:{key}:released`, the release channel.
@@ -43,10 +43,10 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
     int(&server.cmd(&["EXISTS", key])) == 1
 }
 
-/// Places in line for `key`: entries of the `:waiting` hash plus entries of
-/// the `:queue` list (both must be empty when nobody waits).
+/// Places in line for `key`: entries of the `:places` hash plus entries of
+/// the `:line` list (both must be empty when nobody waits).
 pub fn places_in_line(server: &RedisServer, key: &str) -> i64 {
-    int(&server.cmd(&["HLEN", &places_name(key)])) + int(&server.cmd(&["LLEN", &queue_name(key)]))
+    int(&server.cmd(&["HLEN", &places_name(key)])) + int(&server.cmd(&["LLEN", &line_name(key)]))
 }
 
 /// Subscribers of `key`'s release channel (`PUBSUB NUMSUB`).

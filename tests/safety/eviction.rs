@@ -35,7 +35,6 @@ async fn not_refused(server: &RedisServer, policy: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #8: servers with every allkeys-*/volatile-* policy (7 tried) are accepted silently and grant locks"]
 async fn evicting_policies_are_refused_by_name() {
     let mut wrong = Vec::new();
     for policy in [
@@ -60,7 +59,6 @@ async fn evicting_policies_are_refused_by_name() {
 /// Managed Redis often disables `CONFIG`: the policy is still found (the
 /// `INFO memory` section shows it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #8: with CONFIG disabled, an allkeys-lru server is accepted silently"]
 async fn evicting_policy_is_refused_where_config_is_disabled() {
     let server = evicting("allkeys-lru", &["--rename-command", "CONFIG", ""]);
     if let Some(wrong) = not_refused(&server, "allkeys-lru").await {
@@ -103,7 +101,6 @@ async fn noeviction_is_accepted() {
 /// The policy is read again when the connection is re-established: a
 /// server switched to an evicting policy is refused from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #8: a server switched to allkeys-lru keeps granting locks after the client reconnected"]
 async fn a_policy_switched_before_a_reconnect_is_refused() {
     let server = evicting("noeviction", &[]);
     let client = LockClient::connect(&server.url())

@@ -68,7 +68,6 @@ async fn tokens_around(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #6: after FLUSHDB within the same second the new token equals the first one (counter restarts at the second, rounded down)"]
 async fn fencing_tokens_keep_increasing_across_flushdb() {
     let mut server = RedisServer::start();
     let (before, after) = tokens_around(&mut server, |s| {
@@ -83,7 +82,6 @@ async fn fencing_tokens_keep_increasing_across_flushdb() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #6: after a restart without persistence within the same second the new token repeats the first one"]
 async fn fencing_tokens_keep_increasing_across_a_restart_without_persistence() {
     let mut server = RedisServer::start();
     let (before, after) = tokens_around(&mut server, RedisServer::restart).await;

@@ -10,7 +10,6 @@ use crate::common::connect;
 use crate::support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #11: ttl(1 ms) and ttl(2 ms) are accepted: acquire returns a guard already !is_held(), run() returns Lost"]
 async fn a_ttl_of_a_few_milliseconds_is_an_invalid_argument() {
     let server = RedisServer::start();
     let client = connect(&server).await;

@@ -16,7 +16,6 @@ use crate::common::{connect, debuggable, exists, lock_name, stall, stall_over, w
 /// must be told the lock is A's, not Busy. (Should B's attempt run first,
 /// B simply has the lock and the test has nothing to check.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #5: A's retry is told Busy about its own lock (B is first in line): acquire(wait 4 s) returns Busy after 4.0 s while A's token holds the key (PTTL 7 s)"]
 async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
     let server = debuggable(&[]);
     let a = LockClient::builder()

@@ -14,7 +14,6 @@ use crate::support::RedisServer;
 const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #13: one master in DEBUG SLEEP, two answer busy at once: try_acquire takes 4.0 s and acquire(wait 500 ms) 4.0 s"]
 async fn a_stalled_master_does_not_hold_up_a_decided_answer() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| debuggable(&[])).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();

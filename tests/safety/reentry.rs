@@ -12,7 +12,6 @@ use crate::support::RedisServer;
 /// take `jobs` again (waiting). The second acquisition must not succeed
 /// while the worker still holds the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #1: the dispatcher re-enters `jobs` at once while a worker holds the moved guard (2 of 2 re-acquisitions overlapped)"]
 async fn a_guard_moved_to_a_worker_makes_the_dispatcher_wait() {
     let server = RedisServer::start();
     let client = connect(&server).await;

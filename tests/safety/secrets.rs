@@ -88,7 +88,6 @@ impl Drop for UnixServer {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #10: a unix-socket URL's ?pass= shows in the client's Debug and in connect errors (6 places)"]
 async fn unix_socket_pass_never_shows() {
     let secret = "UnixS3cretPw";
     let unix = UnixServer::start(secret);
@@ -134,7 +133,6 @@ async fn unix_socket_pass_never_shows() {
 /// URL) and escaped (a valid one), on single-server, Redlock and Cluster
 /// clients, to a server that wants that password and to a closed port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 10 #10: an unescaped `#`, `/` or `?` in the password: InvalidArgument quotes the whole URL, password included (36 places: connect, redlock, cluster); escaped forms are fine"]
 async fn passwords_with_url_delimiters_never_show() {
     let closed = free_port();
     let marker = "Hunter2";
@@ -233,7 +231,6 @@ impl tracing::Subscriber for Capture {
 /// Log lines (any level) written while clients fail to connect: no
 /// password either. Current-thread runtime: the subscriber is this thread's.
 #[tokio::test]
-#[ignore = "issue 10 #10: the Redlock 'node unreachable' warning names a unix-socket URL with its ?pass="]
 async fn log_lines_never_show_passwords() {
     let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let _default = tracing::subscriber::set_default(Capture(logs.clone()));

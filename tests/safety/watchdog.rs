@@ -17,7 +17,6 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 #[test]
-#[ignore = "issue 10 #9: the renewer stays marked running after the first runtime ended: the 600 ms lease taken on the second runtime is never renewed (lost within 2.4 s)"]
 fn renewal_continues_on_a_second_runtime() {
     let server = RedisServer::start();
     let first = runtime();

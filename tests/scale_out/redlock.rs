@@ -69,9 +69,11 @@ async fn survives_a_minority_and_reports_quorum_without_a_majority() {
     let client = client(&nodes).await;
     nodes[0].stop();
     nodes[1].stop();
+    // Short leases: a master that restarts gives no vote until the longest
+    // lease this client issued could have run out (SPEC 13).
     let guard = client
         .lock("minority")
-        .ttl(Duration::from_secs(5))
+        .ttl(Duration::from_secs(1))
         .acquire()
         .await
         .unwrap();
@@ -82,7 +84,12 @@ async fn survives_a_minority_and_reports_quorum_without_a_majority() {
 
     nodes[2].stop();
     let started = Instant::now();
-    let err = client.lock("minority").acquire().await.unwrap_err();
+    let err = client
+        .lock("minority")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -104,10 +111,12 @@ async fn survives_a_minority_and_reports_quorum_without_a_majority() {
     // Nothing partial is left behind on the survivors.
     assert!(nodes[3..].iter().all(|n| !has_lock(n, "minority")));
 
-    // And the nodes come back: a majority again.
+    // And the nodes come back: a majority again, once the restarted master
+    // may vote (a second later).
     nodes[0].restart();
     let guard = client
         .lock("minority")
+        .ttl(Duration::from_secs(1))
         .wait(Duration::from_secs(5))
         .acquire()
         .await

@@ -33,7 +33,7 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::connect::{ConnectOptions, backend_error};
+use super::connect::ConnectOptions;
 use super::redis::gate::GatePolicy;
 use super::redis::server::{Server, ServerBackend};
 use super::scripts;
@@ -79,15 +79,19 @@ impl RedlockBackend {
             wakeups,
         };
         // A majority must answer now; the others are used once they do.
+        // Each reachable node's identity is read now (eviction policy,
+        // uptime against the restart grace); the others are read when they
+        // first answer.
         let pings = backend
-            .on_all(options.connect_timeout, |node| async move {
-                let mut con = node.connection();
-                redis::cmd("PING")
-                    .query_async::<()>(&mut con)
-                    .await
-                    .map_err(|e| backend_error(node.server(), e))
-            })
+            .on_all(options.connect_timeout, |node| node.verify_now())
             .await;
+        if let Some(refused) = pings.iter().find_map(|r| {
+            r.as_ref()
+                .err()
+                .filter(|e| matches!(e, LockError::InvalidArgument { .. }))
+        }) {
+            return Err(refused.clone());
+        }
         let reached = pings.iter().filter(|r| r.is_ok()).count();
         if reached < backend.quorum {
             if let Some(Err(first)) = pings.into_iter().find(Result::is_err) {
@@ -396,13 +400,26 @@ impl Backend for RedlockBackend {
 
     fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let replies = self
-                .on_all(self.response_timeout, |node| node.listen(keys))
-                .await;
-            // One listening node is enough to hear a release; the others
-            // are spares (a failed node has no subscription to undo).
+            let timeout = self.response_timeout;
+            let mut replies: FuturesUnordered<_> = self
+                .nodes
+                .iter()
+                .map(|node| async move {
+                    tokio::time::timeout(timeout, node.listen(keys))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(LockError::backend(
+                                node.server(),
+                                format!("no answer within {timeout:?}"),
+                            ))
+                        })
+                })
+                .collect();
+            // One listening node is enough to hear a release: return at the
+            // first, without waiting for a stalled node (every node is
+            // unlistened when the waiter goes).
             let mut first_error = None;
-            for reply in replies {
+            while let Some(reply) = replies.next().await {
                 match reply {
                     Ok(()) => return Ok(()),
                     Err(e) => {

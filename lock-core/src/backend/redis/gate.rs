@@ -18,7 +18,7 @@
 //!
 //! Read with `INFO` (not `CONFIG GET`, which managed services often disable).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -44,6 +44,10 @@ pub(crate) struct Gate {
     state: Mutex<State>,
     /// The longest lease issued through this client, in ms.
     longest_lease: AtomicU64,
+    /// The server's identity was read on the current connection.
+    verified: AtomicBool,
+    /// Counts the disconnections of the command connection.
+    connections: AtomicU64,
     changes: watch::Sender<ServerChange>,
 }
 
@@ -72,6 +76,8 @@ impl Gate {
             policy,
             state: Mutex::default(),
             longest_lease: AtomicU64::new(0),
+            verified: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
             changes: watch::channel(ServerChange::default()).0,
         }
     }
@@ -110,6 +116,31 @@ impl Gate {
         }
     }
 
+    /// Whether the server's identity was read since the last (re)connection:
+    /// until it is, nothing is granted there.
+    pub(crate) fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+
+    /// The connection was re-established (or broke): read the identity
+    /// again before the next grant.
+    pub(crate) fn unverify(&self) {
+        self.verified.store(false, Ordering::Release);
+    }
+
+    /// The command connection broke (told synchronously by the connection
+    /// manager, before it reconnects).
+    pub(crate) fn disconnected(&self) {
+        self.connections.fetch_add(1, Ordering::AcqRel);
+        self.unverify();
+    }
+
+    /// Which connection this is: changes with every disconnection, so a
+    /// reply that arrives under another number may come from another server.
+    pub(crate) fn connection_number(&self) -> u64 {
+        self.connections.load(Ordering::Acquire)
+    }
+
     /// Announcements of a changed server, for the leases held there.
     pub(crate) fn changes(&self) -> watch::Receiver<ServerChange> {
         self.changes.subscribe()
@@ -128,7 +159,9 @@ impl Gate {
             .await
             .map_err(|e| backend_error(&self.server, e))?;
         let identity = Identity::from_info(&info);
-        self.apply(identity, first)
+        self.apply(identity, first)?;
+        self.verified.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn apply(&self, identity: Identity, first: bool) -> Result<(), LockError> {
@@ -164,7 +197,11 @@ impl Gate {
         let mut close = |until: Instant| {
             closed_until = Some(closed_until.map_or(until, |c: Instant| c.max(until)));
         };
-        if let Some(uptime) = identity.uptime
+        // `uptime_in_seconds` is whole seconds and may read up to 1 s
+        // high: count one second less, the safe direction.
+        if let Some(uptime) = identity
+            .uptime
+            .map(|u| u.saturating_sub(Duration::from_secs(1)))
             && uptime < self.policy.restart_grace
         {
             close(now + (self.policy.restart_grace - uptime));

@@ -96,6 +96,10 @@ impl<T: Topology> RedisBackend<T> {
         &self.topology
     }
 
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
     /// The server(s), credentials redacted.
     pub(crate) fn server(&self) -> &str {
         &self.server
@@ -117,21 +121,13 @@ impl<T: Topology> RedisBackend<T> {
         }
     }
 
-    /// The acquire script, with no gate check (Redlock checks each node's
-    /// gate itself, and the single-server acquire below too).
-    pub(crate) async fn acquire_script(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        ttl: Duration,
-        in_line: bool,
-    ) -> Result<Acquired, LockError> {
-        self.gate.issued(ttl);
-        self.call(
-            |mut con| async move { scripts::acquire(&mut con, keys, token, ttl, in_line).await },
-        )
-        .await
-        .map_err(|e| e.into_lock_error(&self.server, keys))
+    /// Read the server's identity (after a connection, before granting).
+    async fn verify(&self, keys: &LockKeys) -> Result<(), LockError> {
+        let mut con = self.topology.connection();
+        self.gate
+            .check(&mut con, false)
+            .await
+            .map_err(|e| e.with_key(&keys.key))
     }
 
     /// The release script, retried while the server asks to and `deadline`
@@ -190,10 +186,48 @@ impl<T: Topology> Backend for RedisBackend<T> {
         in_line: bool,
     ) -> BoxFuture<'a, Result<Acquired, LockError>> {
         Box::pin(async move {
+            if !self.gate.is_verified() {
+                self.verify(keys).await?;
+            }
             if let Some(closed) = self.gate.closed(&keys.key)? {
                 return Ok(closed);
             }
-            self.acquire_script(keys, token, ttl, in_line).await
+            self.gate.issued(ttl);
+            let attempt = |mut con: T::Conn| async move {
+                scripts::acquire(&mut con, keys, token, ttl, in_line).await
+            };
+            let connection = self.gate.connection_number();
+            let acquired = match attempt(self.topology.connection()).await {
+                // The connection broke: the server may be another one now.
+                // Read its identity before sending the attempt again.
+                Err(ScriptError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
+                    tracing::debug!(server = %self.server, error = %e, "leasehold: connection broke, checking the server before sending again");
+                    self.gate.unverify();
+                    self.verify(keys).await?;
+                    if let Some(closed) = self.gate.closed(&keys.key)? {
+                        return Ok(closed);
+                    }
+                    attempt(self.topology.connection()).await
+                }
+                other => other,
+            }
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+            if matches!(acquired, Acquired::Yes { .. })
+                && self.gate.connection_number() != connection
+            {
+                // The connection was replaced while the attempt was in
+                // flight: the grant may come from a server not checked yet.
+                let checked = self.verify(keys).await;
+                let closed = match checked {
+                    Ok(()) => self.gate.closed(&keys.key),
+                    Err(e) => Err(e),
+                };
+                if !matches!(closed, Ok(None)) {
+                    self.abandon(keys, token).await;
+                    return closed.map(|busy| busy.unwrap_or(Acquired::Busy { expires_in: None }));
+                }
+            }
+            Ok(acquired)
         })
     }
 

@@ -20,6 +20,7 @@ use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
     Address, ConnectOptions, backend_error, connect_manager, manager_config, millis,
+    within_connect_timeout,
 };
 use crate::backend::listener::Running;
 use crate::backend::wakeups::Wakeups;
@@ -50,12 +51,13 @@ impl Server {
         let address = Address::parse(url)?;
         let gate = Arc::new(Gate::new(&address.shown, policy));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let mut conn = connect_manager(
-            address.resp3_client()?,
+        let mut conn = within_connect_timeout(
+            ConnectionManager::new_with_config(
+                address.resp3_client()?,
+                manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
+            ),
             options,
             &address.shown,
-            Some(push_tx),
-            false,
         )
         .await?;
         gate.check(&mut conn, true).await?;
@@ -87,7 +89,7 @@ impl Server {
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = ConnectionManager::new_lazy_with_config(
             address.resp3_client()?,
-            manager_config(options).set_push_sender(push_tx),
+            manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
         )
         .map_err(|e| backend_error(&address.shown, e))?;
         tokio::spawn(recheck_after_reconnects(
@@ -109,6 +111,33 @@ impl ServerBackend {
     /// The command connection, for commands beyond the lock scripts.
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.topology().conn.clone()
+    }
+
+    /// Read the server's identity now (Redlock's nodes, at connect).
+    pub(crate) async fn verify_now(&self) -> Result<(), LockError> {
+        let mut con = self.topology().conn.clone();
+        self.gate().check(&mut con, true).await
+    }
+}
+
+/// The command connection's push sender: a disconnection is told to the
+/// gate at once (before the manager reconnects, so no reply from a new
+/// server can be taken for one from the old), then passed on.
+fn tell_gate(
+    gate: &Arc<Gate>,
+    pushes: mpsc::UnboundedSender<redis::PushInfo>,
+) -> impl Fn(redis::PushInfo) -> Result<(), mpsc::error::SendError<redis::PushInfo>>
++ Send
++ Sync
++ 'static {
+    let gate = Arc::downgrade(gate);
+    move |push: redis::PushInfo| {
+        if push.kind == PushKind::Disconnection
+            && let Some(gate) = gate.upgrade()
+        {
+            gate.disconnected();
+        }
+        pushes.send(push)
     }
 }
 
