@@ -356,12 +356,12 @@ async fn a_forgotten_fence_counter_restarts_above_earlier_tokens() {
     let token = first.fencing_token();
     first.release().await.unwrap();
     let second = client.lock("forgetful").acquire().await.unwrap();
-    assert_eq!(second.fencing_token(), token + 1);
+    assert!(second.fencing_token() > token);
+    let token = second.fencing_token();
     second.release().await.unwrap();
     // The counter expires an hour after the last acquisition; simulate it
-    // (it restarts from the clock in whole seconds: let one pass).
+    // (the next token comes from the server clock in microseconds).
     server.cmd(&["DEL", "leasehold:{forgetful}:fence"]);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     let third = client.lock("forgetful").acquire().await.unwrap();
     assert!(
         third.fencing_token() > token + 1,

@@ -25,7 +25,7 @@
 //! | Redis name | type | content |
 //! | --- | --- | --- |
 //! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars, `:`, the client's name); its TTL is the lease |
-//! | `P{K}:fence` | string (integer), with expiry | the fencing counter, `INCR`ed once per acquisition; forgotten [`FENCE_MEMORY`] after the last one, and restarted from the server clock (µs) |
+//! | `P{K}:fence` | string (integer), with expiry | the last fencing token: each acquisition issues max(last + 1, server clock in µs); forgotten [`FENCE_MEMORY`] after the last acquisition |
 //! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
 //! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
 //! | `P{K}:released` | pub/sub channel | on each release, `next:<token>` (the first in line) or `free:<token>` (`SPUBLISH` on Cluster) |

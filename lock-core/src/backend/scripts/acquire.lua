@@ -2,8 +2,8 @@
 -- atomic step: no GET-then-SET race, no barging past earlier waiters).
 --
 -- KEYS[1]  the lock key: a string holding the owner token, with a PX expiry (the lease)
--- KEYS[2]  the fence key: an integer counter, incremented once per acquisition,
---          forgotten ARGV[3] ms after the last one
+-- KEYS[2]  the fence key: the last fencing token issued (an integer), raised
+--          once per acquisition, forgotten ARGV[3] ms after the last one
 -- KEYS[3]  the line: a list of waiting owner tokens, first come first served
 -- KEYS[4]  the places: a hash, waiting token -> until when (server ms) its
 --          place is kept; a waiter renews it each time it tries
@@ -67,26 +67,23 @@ else
   local set = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
   local fence
   if type(set) == 'table' and set.ok then
-    fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' then
+    local last = redis.pcall('GET', KEYS[2])
+    if type(last) == 'table' or (last and not tonumber(last)) then
       -- The counter is not a number: undo our own write, change nothing else.
       redis.call('DEL', KEYS[1])
       return {-1, 2}
     end
-    if fence == 1 then
-      -- A new counter (first use of this lock, forgotten after ARGV[3] ms
-      -- without acquisitions, or lost with the server's data) starts at the
-      -- server clock in microseconds: above every token issued before, since
-      -- a counter cannot outrun a microsecond clock (that would take over a
-      -- million acquisitions per second of one lock), unless the clock
-      -- stepped back. Not rounded: a restart within the same second must
-      -- not repeat a token.
-      local t = redis.call('TIME')
-      fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
-    else
-      redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    end
+    -- The next token is one above the last and at least the server clock
+    -- in microseconds. So it is above every token issued before even when
+    -- the counter was lost or set back with the server's data (a restart
+    -- without persistence, FLUSHDB, eviction, a failover to a replica that
+    -- missed the last increments): a counter cannot outrun a microsecond
+    -- clock (that would take over a million acquisitions per second of one
+    -- lock), unless the clock stepped back. A counter unused for ARGV[3] ms
+    -- is forgotten, so unused lock names leave nothing behind.
+    local t = redis.call('TIME')
+    fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   else
     local holder = redis.pcall('GET', KEYS[1])
     if type(holder) == 'table' then
