@@ -387,3 +387,76 @@ async fn cluster_list_and_show_across_primaries() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stdout(&out).contains("billing-worker-3"));
 }
+
+/// Run the binary on a pseudo-terminal (util-linux `script`), feeding
+/// `input`; `None` when `script` is not installed.
+fn on_terminal(args: &[&str], input: &str) -> Option<(i32, String)> {
+    use std::io::Write;
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let mut line = String::from(env!("CARGO_BIN_EXE_leasehold"));
+    for arg in args {
+        line.push_str(&format!(" '{arg}'"));
+    }
+    let mut child = Command::new(script)
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write the answer");
+    let out = child.wait_with_output().expect("script ends");
+    Some((code(&out), stdout(&out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_release_asks_and_watch_redraws_in_place() {
+    let server = start().await;
+    let url = server.url();
+    let client = named(&server, "billing-worker-3").await;
+    let _guard = hold(&client, "order:42").await;
+
+    let Some((declined, screen)) =
+        on_terminal(&["--url", &url, "release", "order:42", "--force"], "n\n")
+    else {
+        eprintln!("skipped: util-linux `script` is not installed (no pseudo-terminal)");
+        return;
+    };
+    assert!(
+        screen.contains("Force-release `order:42` held by billing-worker-3"),
+        "{screen}"
+    );
+    assert_eq!(declined, 2, "declined: nothing done");
+    assert!(client.inspect("order:42").await.expect("inspect").is_some());
+
+    let (code, screen) = on_terminal(
+        &[
+            "--url",
+            &url,
+            "watch",
+            "order:42",
+            "--count",
+            "2",
+            "--interval",
+            "50ms",
+        ],
+        "",
+    )
+    .expect("script");
+    assert_eq!(code, 0, "{screen}");
+    // The second refresh goes back up over the first and clears it.
+    assert!(screen.contains("\x1b[1F\x1b[J"), "{screen:?}");
+
+    let (accepted, screen) =
+        on_terminal(&["--url", &url, "release", "order:42", "--force"], "y\n").expect("script");
+    assert_eq!(accepted, 0, "{screen}");
+    assert!(client.inspect("order:42").await.expect("inspect").is_none());
+}
