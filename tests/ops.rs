@@ -6,12 +6,15 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::future::Future;
+#[cfg(feature = "cluster")]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::{LockClient, LockInfo, LostCause};
-use support::{RedisCluster, RedisServer};
+#[cfg(feature = "cluster")]
+use support::RedisCluster;
+use support::RedisServer;
 
 /// A hang guard (not a speed check): every await below that waits on
 /// another party is bounded by this.
@@ -20,8 +23,11 @@ const HANG_GUARD: Duration = Duration::from_secs(30);
 static NEXT_PREFIX: AtomicU64 = AtomicU64::new(0);
 
 enum Setup {
-    Memory { prefix: String },
+    Memory {
+        prefix: String,
+    },
     Single(RedisServer),
+    #[cfg(feature = "cluster")]
     Cluster(Arc<RedisCluster>),
     Redlock(Vec<RedisServer>),
 }
@@ -45,6 +51,7 @@ impl Setup {
         )
     }
 
+    #[cfg(feature = "cluster")]
     async fn cluster() -> Setup {
         Setup::Cluster(
             tokio::task::spawn_blocking(|| Arc::new(RedisCluster::start(3)))
@@ -67,6 +74,7 @@ impl Setup {
         match self {
             Setup::Memory { prefix } => builder.prefix(prefix.clone()).in_memory(),
             Setup::Single(server) => builder.connect(&server.url()).await.expect("connect"),
+            #[cfg(feature = "cluster")]
             Setup::Cluster(cluster) => builder
                 .connect_cluster(cluster.urls())
                 .await
