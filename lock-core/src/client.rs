@@ -3,15 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
 use crate::backend::connect::ConnectOptions;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::gate::GatePolicy;
 use crate::backend::redis::server::Server;
 use crate::backend::redlock::RedlockBackend;
+use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ClientConfig, ReplicaSync};
 use crate::error::LockError;
-use crate::limits::{validate_prefix, validate_ttl};
+use crate::info::LockInfo;
+use crate::limits::{validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
 
@@ -121,6 +122,121 @@ impl LockClient {
         &self.shared.config.name
     }
 
+    /// Who holds the lock `key` now, for how much longer, with which fencing
+    /// token, and how many wait for it; `None` when it is free.
+    ///
+    /// Read in one atomic step (one script on Redis), so the fields agree
+    /// with each other. On Redlock, what a majority of masters says: the
+    /// lock is held when a majority have the same holder.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// use leasehold_core::LockClient;
+    ///
+    /// let client = LockClient::builder()
+    ///     .prefix("doc-inspect:")
+    ///     .name("billing-worker-3")
+    ///     .in_memory();
+    /// assert!(client.inspect("order:42").await?.is_none());
+    ///
+    /// let _guard = client.lock("order:42").acquire().await?;
+    /// let info = client.inspect("order:42").await?.expect("held");
+    /// assert_eq!(info.holder, "billing-worker-3");
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        validate_key(key)?;
+        let keys = LockKeys::new(&self.shared.config.prefix, key);
+        let found = self
+            .shared
+            .backend
+            .inspect(&keys)
+            .await
+            .map_err(|e| e.with_key(key))?;
+        Ok(found.map(into_info))
+    }
+
+    /// Every held lock whose key (as given to `lock`, without the prefix)
+    /// matches the glob `pattern` (Redis glob syntax: `*`, `?`, `[abc]`,
+    /// `\` escapes), in order of key.
+    ///
+    /// On Redis it walks the keyspace with `SCAN` and a cursor (never
+    /// `KEYS`, which would block the server), on every primary of a cluster
+    /// and every master of a Redlock client (where a lock counts when a
+    /// majority say so). A lock taken or released during the walk may or
+    /// may not be listed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// use leasehold_core::LockClient;
+    ///
+    /// let client = LockClient::builder().prefix("doc-list:").in_memory();
+    /// let _a = client.lock("order:1").acquire().await?;
+    /// let _b = client.lock("order:2").acquire().await?;
+    /// let _c = client.lock("invoice:1").acquire().await?;
+    ///
+    /// let orders = client.list("order:*").await?;
+    /// let keys: Vec<&str> = orders.iter().map(|info| info.key.as_str()).collect();
+    /// assert_eq!(keys, ["order:1", "order:2"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        if pattern.contains('}') {
+            return Err(LockError::invalid(
+                "pattern",
+                format!("the pattern `{pattern}` contains `}}`, which no lock key does"),
+            ));
+        }
+        let found = self
+            .shared
+            .backend
+            .list(&self.shared.config.prefix, pattern)
+            .await?;
+        let mut infos: Vec<LockInfo> = found.into_iter().map(into_info).collect();
+        infos.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(infos)
+    }
+
+    /// An operator's release: delete the lock `key` whoever holds it, and
+    /// wake the next waiter in line. Returns whether it was held.
+    ///
+    /// The old holder is not asked: its guard is reported lost with
+    /// [`LostCause::ForceReleased`](crate::LostCause::ForceReleased) at its
+    /// next renewal (or extension), and its `release` then fails with
+    /// [`LockError::NotHeld`]. Until then it may still believe it holds the
+    /// lock: use fencing tokens where that matters.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// use leasehold_core::LockClient;
+    ///
+    /// let client = LockClient::builder().prefix("doc-force:").in_memory();
+    /// let guard = client.lock("order:42").acquire().await?;
+    ///
+    /// assert!(client.force_release("order:42").await?);
+    /// assert!(!client.force_release("order:42").await?); // already free
+    /// assert!(client.inspect("order:42").await?.is_none());
+    /// assert!(guard.release().await.is_err()); // no longer the holder's
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        validate_key(key)?;
+        let keys = LockKeys::new(&self.shared.config.prefix, key);
+        let held = self
+            .shared
+            .backend
+            .force_release(&keys)
+            .await
+            .map_err(|e| e.with_key(key))?;
+        if held {
+            tracing::warn!(key, "leasehold: lock force-released by an operator");
+        }
+        Ok(held)
+    }
+
     fn from_backend(backend: Arc<dyn Backend>, builder: &LockClientBuilder) -> LockClient {
         LockClient {
             shared: Arc::new(Shared {
@@ -130,6 +246,16 @@ impl LockClient {
             }),
         }
     }
+}
+
+fn into_info(found: Inspected) -> LockInfo {
+    LockInfo::new(
+        found.key,
+        &found.token,
+        found.ttl,
+        found.fence,
+        found.waiters,
+    )
 }
 
 impl std::fmt::Debug for LockClient {

@@ -243,7 +243,11 @@ impl Lease {
                 Ok(())
             }
             other => {
-                self.mark_lost(LostCause::Refused);
+                self.mark_lost(if other == Owned::ForceReleased {
+                    LostCause::ForceReleased
+                } else {
+                    LostCause::Refused
+                });
                 other.into_result(&self.keys)
             }
         }

@@ -60,6 +60,7 @@
 //! | `leasehold:{K}:line` | list, with expiry | the line of waiters' tokens, first come first served |
 //! | `leasehold:{K}:places` | hash, with expiry | each waiter's token → until when its place is kept |
 //! | `leasehold:{K}:released` | pub/sub channel | release announcements (`SPUBLISH` on Cluster) |
+//! | `leasehold:{K}:forced` | string, with expiry | after [`LockClient::force_release`]: the owner token it took the lock from, until that lease would have ended (at least 1 s), so its holder learns [`LostCause::ForceReleased`] |
 //!
 //! Lock keys may not contain `}` (the hash tag keeps a lock's names in one
 //! cluster slot).
@@ -71,7 +72,7 @@
 //! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/`,
 //! `redlock`, `memory`; `scripts/` with one `.lua` file and one typed
 //! function per operation; `connect`, `listener`, `wakeups`) → `config`,
-//! `limits`, `token`, `error` (leaves). Each module imports only modules to
+//! `limits`, `token`, `info`, `error` (leaves). Each module imports only modules to
 //! its right.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -84,6 +85,7 @@ mod error;
 mod fallback;
 mod global;
 mod guard;
+mod info;
 mod lease;
 mod limits;
 mod reentrancy;
@@ -99,6 +101,7 @@ pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
 pub use global::set_global_client;
 pub use guard::LockGuard;
+pub use info::LockInfo;
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrancy::fencing_token;
 pub use request::LockRequest;

@@ -216,8 +216,12 @@ impl Watchdog {
                                 self.reschedule(renewal.lease_id, now + period);
                             }
                         }
-                        Owned::No | Owned::WrongType => {
-                            let cause = audit.unwrap_or(LostCause::Refused);
+                        Owned::No | Owned::WrongType | Owned::ForceReleased => {
+                            let cause = if outcome == Owned::ForceReleased {
+                                LostCause::ForceReleased
+                            } else {
+                                audit.unwrap_or(LostCause::Refused)
+                            };
                             tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
                             lease.refused(cause);
                         }

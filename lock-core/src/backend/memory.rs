@@ -13,8 +13,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::wakeups::{Announcement, Wakeups};
-use super::{Acquired, Backend, BoxFuture, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal};
+use super::{
+    Acquired, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE, Renewal,
+    glob, key_of_lock_name,
+};
 use crate::error::LockError;
+
+/// The shortest time an operator's release is remembered for the old
+/// holder's next renewal (as `force_release.lua`).
+const MIN_FORCED_MARKER: Duration = Duration::from_secs(1);
 
 /// Expired entries are swept when the table grows past this many entries
 /// since the last sweep.
@@ -29,6 +36,9 @@ struct Table {
     /// Each lock's line of waiters (first come, first served), as on Redis:
     /// owner token and until when the place is kept.
     lines: HashMap<String, VecDeque<(String, Instant)>>,
+    /// Operators' releases, by lock key: the owner token taken and until
+    /// when its next renewal is told so (`P{K}:forced` on Redis).
+    forced: HashMap<String, (String, Instant)>,
     size_after_sweep: usize,
 }
 
@@ -52,6 +62,7 @@ impl Table {
         if size >= self.size_after_sweep + SWEEP_EVERY {
             self.locks.retain(|_, e| e.expires_at > now);
             self.fences.retain(|_, (_, forget_at)| *forget_at > now);
+            self.forced.retain(|_, (_, until)| *until > now);
             self.lines.retain(|_, line| {
                 line.retain(|(_, kept)| *kept > now);
                 !line.is_empty()
@@ -233,9 +244,78 @@ impl MemoryBackend {
                     entry.expires_at = now + item.ttl;
                     Owned::Yes
                 }
-                _ => Owned::No,
+                _ => match table.forced.get(&item.keys.lock) {
+                    Some((token, until)) if *token == *item.token && *until > now => {
+                        Owned::ForceReleased
+                    }
+                    _ => Owned::No,
+                },
             })
             .collect()
+    }
+
+    fn inspect_now(&self, keys: &LockKeys) -> Option<Inspected> {
+        let now = Instant::now();
+        let mut table = self.table();
+        let (token, expires_at) = {
+            let entry = table.live(&keys.lock, now)?;
+            (entry.token.clone(), entry.expires_at)
+        };
+        Some(Inspected {
+            key: keys.key.clone(),
+            token,
+            ttl: expires_at - now,
+            fence: table
+                .fences
+                .get(&keys.fence)
+                .filter(|(_, until)| *until > now)
+                .map_or(0, |&(fence, _)| fence),
+            waiters: table.lines.get(&keys.line).map_or(0, |line| {
+                line.iter().filter(|(_, kept)| *kept > now).count()
+            }),
+        })
+    }
+
+    fn list_now(&self, prefix: &str, pattern: &str) -> Vec<Inspected> {
+        let names: Vec<String> = {
+            let now = Instant::now();
+            let table = self.table();
+            table
+                .locks
+                .iter()
+                .filter(|(_, entry)| entry.expires_at > now)
+                .filter_map(|(name, _)| key_of_lock_name(prefix, name))
+                .filter(|key| glob::matches(pattern, key))
+                .map(str::to_owned)
+                .collect()
+        };
+        names
+            .iter()
+            .filter_map(|key| self.inspect_now(&LockKeys::new(prefix, key)))
+            .collect()
+    }
+
+    fn force_release_now(&self, keys: &LockKeys) -> bool {
+        let now = Instant::now();
+        let (holder, next) = {
+            let mut table = self.table();
+            let Some(entry) = table.live(&keys.lock, now) else {
+                return false;
+            };
+            let holder = entry.token.clone();
+            let marker_until = entry.expires_at.max(now + MIN_FORCED_MARKER);
+            table.locks.remove(&keys.lock);
+            table
+                .forced
+                .insert(keys.lock.clone(), (holder.clone(), marker_until));
+            (holder, table.head(&keys.line, now).map(|(next, _)| next))
+        };
+        let announcement = match &next {
+            Some(next) => Announcement::Next(next),
+            None => Announcement::Free(&holder),
+        };
+        self.wakeups.announce(&keys.channel, announcement);
+        true
     }
 }
 
@@ -269,6 +349,28 @@ impl Backend for MemoryBackend {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
         let outcome = self.renew_now(batch);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+        let outcome = self.inspect_now(keys);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+        let outcome = self.list_now(prefix, pattern);
+        Box::pin(async move { Ok(outcome) })
+    }
+
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+        let outcome = self.force_release_now(keys);
         Box::pin(async move { Ok(outcome) })
     }
 

@@ -29,10 +29,12 @@
 //! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
 //! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
 //! | `P{K}:released` | pub/sub channel | on each release, `next:<token>` (the first in line) or `free:<token>` (`SPUBLISH` on Cluster) |
+//! | `P{K}:forced` | string, with expiry | after an operator's `force_release`: the owner token it took the lock from, kept as long as that lease had left (at least 1 s), so that holder's next renewal is told why (`LostCause::ForceReleased`) |
 //!
 //! The braces make `K` the hash tag, so all of them live in one cluster slot.
 
 pub(crate) mod connect;
+pub(crate) mod glob;
 pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -119,6 +121,9 @@ pub(crate) enum Owned {
     No,
     /// The lock key holds a value of another type.
     WrongType,
+    /// It is not ours any more because an operator released it
+    /// (`force_release`; renew.lua's -2).
+    ForceReleased,
 }
 
 impl Owned {
@@ -126,6 +131,7 @@ impl Owned {
         match code {
             1.. => Owned::Yes,
             -1 => Owned::WrongType,
+            -2 => Owned::ForceReleased,
             _ => Owned::No,
         }
     }
@@ -134,7 +140,7 @@ impl Owned {
     pub(crate) fn into_result(self, keys: &LockKeys) -> Result<(), LockError> {
         match self {
             Owned::Yes => Ok(()),
-            Owned::No => Err(LockError::NotHeld {
+            Owned::No | Owned::ForceReleased => Err(LockError::NotHeld {
                 key: keys.key.clone(),
             }),
             Owned::WrongType => Err(LockError::WrongType {
@@ -153,6 +159,50 @@ pub(crate) struct Renewal {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Arc<str>,
     pub(crate) ttl: Duration,
+}
+
+/// One held lock as the store sees it (see `LockInfo`, built from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The key as the user gave it (without prefix).
+    pub(crate) key: String,
+    /// The holder's owner token (`<32 hex>:<client name>`).
+    pub(crate) token: String,
+    /// The lease left.
+    pub(crate) ttl: Duration,
+    /// The fencing counter: the holder's fencing token.
+    pub(crate) fence: u64,
+    /// Waiters whose places in line are kept.
+    pub(crate) waiters: usize,
+}
+
+/// How many keys one `SCAN` call is asked to look at.
+pub(crate) const SCAN_COUNT: usize = 100;
+
+/// The `SCAN ... MATCH` pattern of the lock keys under `prefix` whose keys
+/// match the glob `pattern`: `prefix{pattern}:lock`, with the prefix's glob
+/// characters escaped (it is a literal).
+pub(crate) fn lock_glob(prefix: &str, pattern: &str) -> String {
+    let mut glob = String::with_capacity(prefix.len() + pattern.len() + 8);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            glob.push('\\');
+        }
+        glob.push(c);
+    }
+    glob.push('{');
+    glob.push_str(pattern);
+    glob.push_str("}:lock");
+    glob
+}
+
+/// The user's key of the lock key `name` (`prefix{key}:lock`), if it is one.
+pub(crate) fn key_of_lock_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
+    let key = name
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix("}:lock")?;
+    (!key.contains('}')).then_some(key)
 }
 
 /// A server that may have lost data: the leases held there must be checked.
@@ -237,6 +287,34 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// The lock as it is now, read in one atomic step; `None` when free.
+    fn inspect<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+        let backend = self.describe();
+        Box::pin(async move { Err(not_available("inspect", &backend)) })
+    }
+
+    /// Every held lock under `prefix` whose key matches the glob `pattern`
+    /// (Redis glob syntax), found by `SCAN` (never `KEYS`), in no order.
+    fn list<'a>(
+        &'a self,
+        _prefix: &'a str,
+        _pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+        let backend = self.describe();
+        Box::pin(async move { Err(not_available("list", &backend)) })
+    }
+
+    /// An operator's release: delete the lock whoever holds it, wake the
+    /// next waiter, and make the old holder's next renewal answer
+    /// [`Owned::ForceReleased`]. Returns whether it was held.
+    fn force_release<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+        let backend = self.describe();
+        Box::pin(async move { Err(not_available("force_release", &backend)) })
+    }
+
     /// This client's local register of waiters, keyed by release channel.
     fn wakeups(&self) -> &Wakeups;
 
@@ -260,6 +338,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The server(s), credentials redacted, for messages and `Debug`.
     fn describe(&self) -> String;
+}
+
+/// The error of an operation a backend does not offer.
+fn not_available(operation: &'static str, backend: &str) -> LockError {
+    LockError::invalid(
+        operation,
+        format!("{operation} is not available on {backend}"),
+    )
 }
 
 /// Run `abandon` for `token` in the background, at once (from `Drop`, and

@@ -38,7 +38,7 @@ use super::redis::gate::GatePolicy;
 use super::redis::server::{Server, ServerBackend};
 use super::scripts;
 use super::wakeups::{Announcement, Wakeups};
-use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal};
+use super::{Acquired, Backend, BoxFuture, Inspected, LockKeys, Owned, Renewal};
 use crate::error::LockError;
 
 /// How long an attempt whose outcome is settled still listens for the
@@ -155,21 +155,25 @@ impl RedlockBackend {
     /// Combine per-node ownership answers: yes with a majority of yes, no
     /// when the refusals alone rule a majority out, else undecided (`None`).
     fn decide(&self, answers: impl Iterator<Item = Option<Owned>>) -> Option<Owned> {
-        let (mut yes, mut no, mut wrong) = (0, 0, 0);
+        let (mut yes, mut no, mut wrong, mut forced) = (0, 0, 0, 0);
         for answer in answers {
             match answer {
                 Some(Owned::Yes) => yes += 1,
                 Some(Owned::No) => no += 1,
                 Some(Owned::WrongType) => wrong += 1,
+                Some(Owned::ForceReleased) => forced += 1,
                 None => {}
             }
         }
-        let refusals = no + wrong;
+        let refusals = no + wrong + forced;
         if yes >= self.quorum {
             Some(Owned::Yes)
         } else if refusals > self.nodes.len() - self.quorum {
             Some(if wrong > 0 {
                 Owned::WrongType
+            } else if forced > 0 {
+                // An operator released it (on the nodes that say so).
+                Owned::ForceReleased
             } else {
                 Owned::No
             })
@@ -193,6 +197,39 @@ impl RedlockBackend {
                 .map(|node| tokio::time::timeout(timeout, node.abandon(keys, token))),
         )
         .await;
+    }
+
+    /// What a majority says of one lock: held when a majority of masters
+    /// have the same holder token (lease left: the shortest among them;
+    /// fencing token: the highest).
+    async fn inspect_majority(&self, keys: &LockKeys) -> Result<Option<Inspected>, LockError> {
+        let replies = self
+            .on_all(self.response_timeout, |node| node.inspect_script(keys))
+            .await;
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        let seen: Vec<Inspected> = replies
+            .into_iter()
+            .filter_map(|r| r.ok().flatten())
+            .collect();
+        for candidate in &seen {
+            let agreeing: Vec<&Inspected> = seen
+                .iter()
+                .filter(|other| other.token == candidate.token)
+                .collect();
+            if agreeing.len() >= self.quorum {
+                return Ok(Some(Inspected {
+                    key: keys.key.clone(),
+                    token: candidate.token.clone(),
+                    ttl: agreeing.iter().map(|i| i.ttl).min().unwrap_or_default(),
+                    fence: agreeing.iter().map(|i| i.fence).max().unwrap_or(0),
+                    waiters: agreeing.iter().map(|i| i.waiters).max().unwrap_or(0),
+                }));
+            }
+        }
+        if answered < self.quorum {
+            return Err(self.quorum_error(keys, answered, None));
+        }
+        Ok(None)
     }
 
     /// Level the counters of the granting nodes up to `fence`; true if a
@@ -435,6 +472,78 @@ impl Backend for RedlockBackend {
         for node in self.nodes.iter() {
             node.unlisten(keys);
         }
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+        Box::pin(self.inspect_majority(keys))
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+        Box::pin(async move {
+            // SCAN every master; a lock held by a majority is on each of them.
+            let scans = self
+                .on_all(self.response_timeout, |node| {
+                    node.scan_lock_keys(prefix, pattern)
+                })
+                .await;
+            let answered = scans.iter().filter(|r| r.is_ok()).count();
+            if answered < self.quorum {
+                let reached = answered;
+                return Err(match scans.into_iter().find_map(Result::err) {
+                    Some(error) if reached == 0 => error,
+                    _ => LockError::Quorum {
+                        key: None,
+                        reached,
+                        needed: self.quorum,
+                        nodes: self.nodes.len(),
+                        validity_left: None,
+                    },
+                });
+            }
+            let mut keys: Vec<String> = scans.into_iter().flatten().flatten().collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let mut found = Vec::new();
+            for key in keys {
+                if let Some(info) = self.inspect_majority(&LockKeys::new(prefix, &key)).await? {
+                    found.push(info);
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let replies = self
+                .on_all(self.response_timeout, |node| {
+                    node.force_release_script(keys)
+                })
+                .await;
+            let answered = replies.iter().filter(|r| r.is_ok()).count();
+            let holders: Vec<String> = replies
+                .into_iter()
+                .filter_map(|r| r.ok().flatten())
+                .collect();
+            let held = holders
+                .iter()
+                .any(|h| holders.iter().filter(|o| *o == h).count() >= self.quorum);
+            if !holders.is_empty() {
+                self.wakeups
+                    .announce(&keys.channel, Announcement::Free(&holders[0]));
+            }
+            if answered < self.quorum && !held {
+                return Err(self.quorum_error(keys, answered, None));
+            }
+            Ok(held)
+        })
     }
 
     fn wakeups(&self) -> &Wakeups {

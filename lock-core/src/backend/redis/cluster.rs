@@ -34,13 +34,13 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value};
 use tokio::sync::mpsc;
 
 use super::gate::{Gate, GatePolicy};
 use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
-use super::{RedisBackend, Topology};
+use super::{RedisBackend, Topology, scan_command};
 use crate::backend::connect::{Address, ConnectOptions, backend_error, within_connect_timeout};
 use crate::backend::listener::Running;
 use crate::backend::scripts::{self, ScriptError};
@@ -152,6 +152,54 @@ impl Cluster {
     }
 }
 
+/// The primaries (host, port) that serve slots now, from `CLUSTER SLOTS`.
+async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut found: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        // [start, end, [host, port, id, ...], replicas...]
+        let Value::Array(parts) = range else { continue };
+        let Some(Value::Array(primary)) = parts.get(2) else {
+            continue;
+        };
+        let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
+            continue;
+        };
+        let host: String = redis::from_redis_value_ref(host)?;
+        let port: u16 = redis::from_redis_value_ref(port)?;
+        if !found.iter().any(|(h, p)| *h == host && *p == port) {
+            found.push((host, port));
+        }
+    }
+    Ok(found)
+}
+
+/// Every key matching `glob` on the primary at `host:port`, by `SCAN`.
+async fn scan_node(
+    mut conn: ClusterConnection,
+    host: String,
+    port: u16,
+    glob: &str,
+) -> RedisResult<Vec<String>> {
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port,
+        });
+        let reply = conn
+            .route_command(scan_command(cursor, glob), routing)
+            .await?;
+        let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+        names.extend(page);
+        if next == 0 {
+            return Ok(names);
+        }
+        cursor = next;
+    }
+}
+
 /// A cluster client for the seed nodes, with leasehold's timeouts and retries.
 fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> ClusterClientBuilder {
     let retries = u32::try_from(options.reconnect_retries)
@@ -211,6 +259,22 @@ impl Topology for Cluster {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
         Box::pin(self.renew_by_slot(batch))
+    }
+
+    /// `SCAN` on every primary, all at once.
+    fn scan<'a>(&'a self, glob: &'a str) -> BoxFuture<'a, Result<Vec<String>, RedisError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let nodes = primaries(&mut conn).await?;
+            let scans = nodes
+                .into_iter()
+                .map(|(host, port)| scan_node(self.conn.clone(), host, port, glob));
+            let mut names = Vec::new();
+            for found in join_all(scans).await {
+                names.extend(found?);
+            }
+            Ok(names)
+        })
     }
 
     /// The listener: one RESP3 cluster connection, opened on the first wait.

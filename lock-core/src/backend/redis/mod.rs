@@ -34,7 +34,10 @@ use super::connect::is_retryable;
 use super::listener::{Listener, Running};
 use super::scripts::{self, ScriptError};
 use super::wakeups::{Announcement, Wakeups};
-use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, ServerChange};
+use super::{
+    Acquired, Backend, BoxFuture, Inspected, LockKeys, Owned, Renewal, SCAN_COUNT, ServerChange,
+    key_of_lock_name, lock_glob,
+};
 use crate::error::LockError;
 pub(crate) use gate::Gate;
 
@@ -61,6 +64,16 @@ pub(crate) trait Topology: Send + Sync + 'static {
         })
     }
 
+    /// The names of the keys matching `glob`, by `SCAN` with a cursor (never
+    /// `KEYS`), on every server that holds keys (every primary of a
+    /// cluster). A key may appear twice (a rehash, a slot moving).
+    fn scan<'a>(&'a self, glob: &'a str) -> BoxFuture<'a, Result<Vec<String>, redis::RedisError>> {
+        Box::pin(async move {
+            let mut con = self.connection();
+            scan_all(&mut con, glob).await
+        })
+    }
+
     /// Start the listener task on a new pub/sub connection.
     fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>>;
 
@@ -72,6 +85,38 @@ pub(crate) trait Topology: Send + Sync + 'static {
     ) -> Option<BoxFuture<'_, Result<usize, LockError>>> {
         None
     }
+}
+
+/// How many locks `list` inspects at once.
+const LIST_CONCURRENCY: usize = 16;
+
+/// Every key matching `glob` on the server behind `con`: `SCAN` with a
+/// cursor until it comes back to 0.
+pub(crate) async fn scan_all<C: ConnectionLike>(
+    con: &mut C,
+    glob: &str,
+) -> Result<Vec<String>, redis::RedisError> {
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<String>) = scan_command(cursor, glob).query_async(con).await?;
+        names.extend(page);
+        if next == 0 {
+            return Ok(names);
+        }
+        cursor = next;
+    }
+}
+
+/// One `SCAN cursor MATCH glob COUNT n`.
+pub(crate) fn scan_command(cursor: u64, glob: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(glob)
+        .arg("COUNT")
+        .arg(SCAN_COUNT);
+    cmd
 }
 
 pub(crate) struct RedisBackend<T: Topology> {
@@ -158,6 +203,61 @@ impl<T: Topology> RedisBackend<T> {
                 other => return other.map_err(|e| e.into_lock_error(&self.server, keys)),
             }
         }
+    }
+
+    /// The inspect script (no gate: it only reads).
+    pub(crate) async fn inspect_script(
+        &self,
+        keys: &LockKeys,
+    ) -> Result<Option<Inspected>, LockError> {
+        self.call(|mut con| async move { scripts::inspect(&mut con, keys).await })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))
+    }
+
+    /// The keys (without prefix) of the lock names under `prefix` matching
+    /// `pattern`, each once.
+    pub(crate) async fn scan_lock_keys(
+        &self,
+        prefix: &str,
+        pattern: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let glob = lock_glob(prefix, pattern);
+        let names = self
+            .topology
+            .scan(&glob)
+            .await
+            .map_err(|e| super::connect::backend_error(&self.server, e))?;
+        let mut keys: Vec<String> = names
+            .iter()
+            .filter_map(|name| key_of_lock_name(prefix, name))
+            .map(str::to_owned)
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// The force-release script; `Some(old token)` if it was held.
+    pub(crate) async fn force_release_script(
+        &self,
+        keys: &LockKeys,
+    ) -> Result<Option<String>, LockError> {
+        let publish = self.topology.publish();
+        let forced = self
+            .call(|mut con| async move { scripts::force_release(&mut con, keys, publish).await })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        let Some(holder) = forced.holder else {
+            return Ok(None);
+        };
+        // This client's own waiters hear it at once (others by pub/sub).
+        let announcement = match &forced.next {
+            Some(next) => Announcement::Next(next),
+            None => Announcement::Free(&holder),
+        };
+        self.listener.wakeups.announce(&keys.channel, announcement);
+        Ok(Some(holder))
     }
 
     /// The renewal of a batch, through the topology.
@@ -276,6 +376,35 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
         Box::pin(self.renew_script(batch))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+        Box::pin(self.inspect_script(keys))
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+        Box::pin(async move {
+            use futures_util::StreamExt;
+            let keys = self.scan_lock_keys(prefix, pattern).await?;
+            let found: Vec<Result<Option<Inspected>, LockError>> = futures_util::stream::iter(keys)
+                .map(|key| async move { self.inspect_script(&LockKeys::new(prefix, &key)).await })
+                .buffered(LIST_CONCURRENCY)
+                .collect()
+                .await;
+            // A lock released between the scan and its inspection is left out.
+            found.into_iter().filter_map(Result::transpose).collect()
+        })
+    }
+
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move { Ok(self.force_release_script(keys).await?.is_some()) })
     }
 
     fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {

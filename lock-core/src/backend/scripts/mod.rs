@@ -11,6 +11,8 @@
 
 mod abandon;
 mod acquire;
+mod force_release;
+mod inspect;
 mod raise_fence;
 mod release;
 mod renew;
@@ -22,6 +24,8 @@ use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKin
 
 pub(crate) use abandon::abandon;
 pub(crate) use acquire::acquire;
+pub(crate) use force_release::force_release;
+pub(crate) use inspect::inspect;
 pub(crate) use raise_fence::raise_fence;
 pub(crate) use release::{Released, release};
 pub(crate) use renew::renew;
@@ -32,13 +36,15 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 5] {
+pub(crate) fn all() -> [&'static Script; 7] {
     [
         &acquire::SCRIPT,
         &release::SCRIPT,
         &renew::SCRIPT,
         &abandon::SCRIPT,
         &raise_fence::SCRIPT,
+        &inspect::SCRIPT,
+        &force_release::SCRIPT,
     ]
 }
 

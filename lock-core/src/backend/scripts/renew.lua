@@ -5,7 +5,10 @@
 -- ARGV[2i]      the new lease length of lease i, in milliseconds (counted from now)
 --
 -- Returns one integer per lease: 1 renewed, 0 not ours (gone, or another
--- owner's: the lease is lost), -1 the key holds a value of another type
+-- owner's: the lease is lost), -1 the key holds a value of another type,
+-- -2 not ours because an operator released it (force_release.lua left the
+-- marker `<lock key without :lock>:forced` holding this token; it shares the
+-- lock's hash tag, so the same slot, and is read only on this failure path)
 local result = {}
 for i = 1, #KEYS do
   local holder = redis.pcall('GET', KEYS[i])
@@ -16,6 +19,10 @@ for i = 1, #KEYS do
     result[i] = 1
   else
     result[i] = 0
+    local forced = string.sub(KEYS[i], 1, -6) .. ':forced'
+    if string.sub(KEYS[i], -5) == ':lock' and redis.pcall('GET', forced) == ARGV[2 * i - 1] then
+      result[i] = -2
+    end
   end
 end
 return result

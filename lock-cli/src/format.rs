@@ -1,0 +1,105 @@
+//! How locks are shown: a table, a detail view, one watch line, JSON.
+
+use std::time::Duration;
+
+use leasehold::LockInfo;
+
+/// The JSON object of one lock: `key`, `holder`, `ttl_ms`, `fencing_token`,
+/// `waiters`.
+pub fn info_json(info: &LockInfo) -> serde_json::Value {
+    serde_json::json!({
+        "key": info.key,
+        "holder": info.holder,
+        "ttl_ms": u64::try_from(info.ttl.as_millis()).unwrap_or(u64::MAX),
+        "fencing_token": info.fencing_token,
+        "waiters": info.waiters,
+    })
+}
+
+/// `12.3s`, `4m 05s`, `2h 00m`.
+pub fn ttl(ttl: Duration) -> String {
+    let secs = ttl.as_secs();
+    if secs >= 3600 {
+        format!("{}h {:02}m", secs / 3600, secs % 3600 / 60)
+    } else if secs >= 60 {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{:.1}s", ttl.as_secs_f64())
+    }
+}
+
+/// Columns KEY, HOLDER, TTL, FENCING TOKEN, WAITERS, aligned.
+pub fn table(infos: &[LockInfo]) -> String {
+    let header = ["KEY", "HOLDER", "TTL", "FENCING TOKEN", "WAITERS"];
+    let rows: Vec<[String; 5]> = infos
+        .iter()
+        .map(|info| {
+            [
+                info.key.clone(),
+                info.holder.clone(),
+                ttl(info.ttl),
+                info.fencing_token.to_string(),
+                info.waiters.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut push_row = |cells: [&str; 5]| {
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i == cells.len() - 1 {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.push('\n');
+    };
+    push_row(header);
+    for row in &rows {
+        push_row([&row[0], &row[1], &row[2], &row[3], &row[4]].map(String::as_str));
+    }
+    out
+}
+
+/// The detail view of `show`.
+pub fn info_text(info: &LockInfo) -> String {
+    format!(
+        "key:            {}\nholder:         {}\nttl:            {}\nfencing token:  {}\nwaiters:        {}\n",
+        info.key,
+        info.holder,
+        ttl(info.ttl),
+        info.fencing_token,
+        info.waiters
+    )
+}
+
+/// One refresh of `watch`.
+pub fn watch_line(info: &LockInfo) -> String {
+    format!(
+        "{}  held by {}  ttl {}  fencing token {}  waiters {}",
+        info.key,
+        info.holder,
+        ttl(info.ttl),
+        info.fencing_token,
+        info.waiters
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ttl;
+    use std::time::Duration;
+
+    #[test]
+    fn ttls_read_well() {
+        assert_eq!(ttl(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(ttl(Duration::from_secs(245)), "4m 05s");
+        assert_eq!(ttl(Duration::from_secs(7200)), "2h 00m");
+    }
+}

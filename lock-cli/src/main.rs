@@ -1,0 +1,413 @@
+//! `leasehold`: see and operate leasehold's distributed locks on Redis.
+//!
+//! ```text
+//! leasehold list 'order:*'            # held locks whose keys match
+//! leasehold show order:42             # holder, lease left, fencing token, waiters
+//! leasehold release order:42 --force  # an operator's release (asks first)
+//! leasehold watch order:42            # a live view, refreshed in place
+//! ```
+//!
+//! Exit codes: 0 done, 1 not found (`show` or `release` of a free lock),
+//! 2 usage (including a release refused without confirmation), 3 connection
+//! or server error.
+
+mod format;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use leasehold::{LockClient, LockError, LockInfo};
+
+use format::{info_json, info_text, table};
+
+/// Exit code: done.
+const OK: u8 = 0;
+/// Exit code: `show` or `release` of a lock that is not held.
+const NOT_FOUND: u8 = 1;
+/// Exit code: bad usage, or a release refused without confirmation.
+const USAGE: u8 = 2;
+/// Exit code: the server(s) could not be reached, or failed.
+const CONNECTION: u8 = 3;
+
+/// See and operate leasehold's distributed locks on Redis.
+///
+/// Exit codes: 0 done, 1 not found (show or release of a free lock),
+/// 2 usage, 3 connection or server error.
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 done, 1 not found (show or release of a free lock), 2 usage, 3 connection or server error."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options accepted before or after the subcommand.
+#[derive(Debug, Args)]
+struct Global {
+    /// Redis URL; with --cluster or --redlock, several (repeat the option or
+    /// separate with commas).
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    url: Vec<String>,
+
+    /// Treat the URLs as seed nodes of a Redis Cluster.
+    #[arg(long, global = true, conflicts_with = "redlock")]
+    cluster: bool,
+
+    /// Treat the URLs as the independent masters of a Redlock deployment.
+    #[arg(long, global = true)]
+    redlock: bool,
+
+    /// The key prefix the applications use.
+    #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
+    prefix: String,
+
+    /// Print JSON (fields: key, holder, ttl_ms, fencing_token, waiters).
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the held locks whose keys match PATTERN (a Redis glob; SCAN, never KEYS).
+    List {
+        /// Glob over lock keys as the applications name them (without prefix).
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Show who holds KEY, the lease left, its fencing token and its waiters.
+    Show {
+        /// The lock key (without prefix).
+        key: String,
+    },
+    /// Release KEY whoever holds it, waking the next waiter. The old holder
+    /// learns it at its next renewal.
+    Release {
+        /// The lock key (without prefix).
+        key: String,
+        /// Required: this takes the lock away from a running holder.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask for confirmation (required when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Watch KEY: holder, lease left and waiters, refreshed in place.
+    Watch {
+        /// The lock key (without prefix).
+        key: String,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Time between refreshes: `500ms`, `2s`, `1m` (plain numbers are seconds).
+        #[arg(long, default_value = "1s", value_parser = parse_interval)]
+        interval: Duration,
+    },
+}
+
+/// A failure with its exit code; the message is already redacted by the
+/// library (no password appears in a `LockError`).
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<LockError> for Failure {
+    fn from(error: LockError) -> Failure {
+        let code = match error {
+            LockError::InvalidArgument { .. } => USAGE,
+            _ => CONNECTION,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version exit 0, usage errors 2.
+        Err(error) => error.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("leasehold: cannot start: {error}");
+            return ExitCode::from(CONNECTION);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("leasehold: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    // Checked before connecting: a usage error needs no server.
+    if let Command::Release { force: false, .. } = cli.command {
+        return Err(Failure::usage(
+            "release takes the lock away from its holder: add --force to confirm that this is meant",
+        ));
+    }
+    let client = connect(&cli.global).await?;
+    let json = cli.global.json;
+    match cli.command {
+        Command::List { pattern } => list(&client, &pattern, json).await,
+        Command::Show { key } => show(&client, &key, json).await,
+        Command::Release { key, yes, .. } => release(&client, &key, yes, json).await,
+        Command::Watch {
+            key,
+            count,
+            interval,
+        } => watch(&client, &key, count, interval, json).await,
+    }
+}
+
+async fn connect(global: &Global) -> Result<LockClient, Failure> {
+    let builder = LockClient::builder()
+        .prefix(global.prefix.clone())
+        .name(format!("leasehold-cli:{}", std::process::id()))
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5));
+    let urls = &global.url;
+    let client = if global.cluster {
+        builder.connect_cluster(urls).await?
+    } else if global.redlock {
+        builder.connect_redlock(urls).await?
+    } else {
+        match urls.as_slice() {
+            [url] => builder.connect(url).await?,
+            _ => {
+                return Err(Failure::usage(
+                    "several URLs need --cluster (seed nodes) or --redlock (masters)",
+                ));
+            }
+        }
+    };
+    Ok(client)
+}
+
+async fn list(client: &LockClient, pattern: &str, json: bool) -> Result<u8, Failure> {
+    let infos = client.list(pattern).await?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let all: Vec<serde_json::Value> = infos.iter().map(info_json).collect();
+        write_line(&mut out, &serde_json::Value::Array(all).to_string());
+    } else if infos.is_empty() {
+        write_line(&mut out, &format!("no held locks match `{pattern}`"));
+    } else {
+        write_line(&mut out, table(&infos).trim_end());
+    }
+    Ok(OK)
+}
+
+async fn show(client: &LockClient, key: &str, json: bool) -> Result<u8, Failure> {
+    let info = client.inspect(key).await?;
+    let mut out = std::io::stdout().lock();
+    match info {
+        Some(info) if json => write_line(&mut out, &info_json(&info).to_string()),
+        Some(info) => write_line(&mut out, info_text(&info).trim_end()),
+        None => {
+            if json {
+                write_line(&mut out, "null");
+            }
+            eprintln!("leasehold: `{key}` is not held");
+            return Ok(NOT_FOUND);
+        }
+    }
+    Ok(OK)
+}
+
+async fn release(client: &LockClient, key: &str, yes: bool, json: bool) -> Result<u8, Failure> {
+    let before = client.inspect(key).await?;
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(format!(
+                "not releasing `{key}`: no terminal to confirm on; add --yes"
+            )));
+        }
+        let Some(info) = &before else {
+            eprintln!("leasehold: `{key}` is not held");
+            return Ok(NOT_FOUND);
+        };
+        if !confirm(info) {
+            return Err(Failure::usage(format!("`{key}` left as it is")));
+        }
+    }
+    let released = client.force_release(key).await?;
+    let holder = before.as_ref().map(|info| info.holder.as_str());
+    let mut out = std::io::stdout().lock();
+    if json {
+        let report = serde_json::json!({
+            "key": key,
+            "released": released,
+            "holder": if released { holder } else { None },
+        });
+        write_line(&mut out, &report.to_string());
+    }
+    if !released {
+        eprintln!("leasehold: `{key}` is not held");
+        return Ok(NOT_FOUND);
+    }
+    if !json {
+        let line = match holder {
+            Some(holder) => format!(
+                "released `{key}` (held by {holder}; it learns at its next renewal); the next waiter was woken"
+            ),
+            None => format!("released `{key}`; the next waiter was woken"),
+        };
+        write_line(&mut out, &line);
+    }
+    Ok(OK)
+}
+
+/// Ask on the terminal; true on `y` or `yes`.
+fn confirm(info: &LockInfo) -> bool {
+    eprint!(
+        "Force-release `{}` held by {} ({} left, fencing token {}, {} waiting)? [y/N] ",
+        info.key,
+        info.holder,
+        format::ttl(info.ttl),
+        info.fencing_token,
+        info.waiters
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+async fn watch(
+    client: &LockClient,
+    key: &str,
+    count: Option<u64>,
+    interval: Duration,
+    json: bool,
+) -> Result<u8, Failure> {
+    let in_place = !json && std::io::stdout().is_terminal();
+    let mut shown_lines = 0;
+    let mut refreshes = 0u64;
+    loop {
+        let info = client.inspect(key).await?;
+        let mut out = std::io::stdout().lock();
+        if json {
+            let value = info.as_ref().map_or(serde_json::Value::Null, info_json);
+            write_line(&mut out, &value.to_string());
+        } else {
+            let text = match &info {
+                Some(info) => format::watch_line(info),
+                None => format!("{key}  free"),
+            };
+            if in_place {
+                // Back over what was shown, clear it, draw anew.
+                if shown_lines > 0 {
+                    let _ = write!(out, "\x1b[{shown_lines}F\x1b[J");
+                }
+                shown_lines = text.lines().count().max(1);
+            }
+            write_line(&mut out, &text);
+        }
+        drop(out);
+        refreshes += 1;
+        if count.is_some_and(|n| refreshes >= n) {
+            return Ok(OK);
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+fn write_line(out: &mut impl Write, text: &str) {
+    // A closed pipe (`leasehold list | head`) is not an error worth a message.
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+/// `500ms`, `2s`, `1m`, or a plain number of seconds.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 500ms, 2s or 1m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("`{text}`: the unit must be ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("`{text}` must be above zero"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn intervals_parse() {
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_interval("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_interval("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("fast").is_err());
+        assert!(parse_interval("2h").is_err());
+    }
+
+    #[test]
+    fn global_options_go_before_or_after_the_subcommand() {
+        let before = Cli::try_parse_from(["leasehold", "--json", "--prefix", "p:", "show", "k"])
+            .expect("parses");
+        let after = Cli::try_parse_from(["leasehold", "show", "k", "--json", "--prefix", "p:"])
+            .expect("parses");
+        for cli in [before, after] {
+            assert!(cli.global.json);
+            assert_eq!(cli.global.prefix, "p:");
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The `leasehold` binary against real `redis-server` processes (each test
+//! starts its own): every subcommand, JSON output, the global options before
+//! and after the subcommand, and the exit codes.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use leasehold::{LockClient, LockGuard};
+use serde_json::Value;
+use support::{RedisCluster, RedisServer, free_port};
+
+/// Run the binary with `args` (no `REDIS_URL` from the environment, stdin
+/// not a terminal).
+fn leasehold(args: &[&str]) -> Output {
+    leasehold_with_env(args, None)
+}
+
+fn leasehold_with_env(args: &[&str], redis_url: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args).env_remove("REDIS_URL").stdin(Stdio::null());
+    if let Some(url) = redis_url {
+        cmd.env("REDIS_URL", url);
+    }
+    cmd.output().expect("run the leasehold binary")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited with a code")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("JSON on stdout ({e}): {}", stdout(output)))
+}
+
+async fn start() -> RedisServer {
+    tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis-server")
+}
+
+async fn hold(client: &LockClient, key: &str) -> LockGuard {
+    client
+        .lock(key)
+        .ttl(Duration::from_secs(120))
+        .try_acquire()
+        .await
+        .expect("acquire")
+        .expect("free")
+}
+
+async fn named(server: &RedisServer, name: &str) -> LockClient {
+    LockClient::builder()
+        .name(name)
+        .connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_matching_held_locks() {
+    let server = start().await;
+    let url = server.url();
+    let billing = named(&server, "billing-worker-3").await;
+    let _a = hold(&billing, "order:1").await;
+    let _b = hold(&billing, "order:2").await;
+    let _c = hold(&billing, "invoice:1").await;
+
+    let out = leasehold(&["--url", &url, "list", "order:*"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("KEY"), "{text}");
+    assert!(
+        text.contains("order:1") && text.contains("order:2"),
+        "{text}"
+    );
+    assert!(text.contains("billing-worker-3"), "{text}");
+    assert!(!text.contains("invoice:1"), "{text}");
+
+    // No pattern: every lock.
+    let out = leasehold(&["list", "--url", &url]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out).lines().count(), 4, "{}", stdout(&out));
+
+    // Nothing held there: still success.
+    let out = leasehold(&["--url", &url, "list", "nothing:*"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("no held locks"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_names_fields_like_lock_info() {
+    let server = start().await;
+    let url = server.url();
+    let client = named(&server, "billing-worker-3").await;
+    let guard = hold(&client, "order:42").await;
+
+    // Global options after the subcommand.
+    let out = leasehold(&["list", "order:*", "--url", &url, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listed = json(&out);
+    let listed = listed.as_array().expect("an array");
+    assert_eq!(listed.len(), 1);
+    let item = &listed[0];
+    assert_eq!(item["key"], "order:42");
+    assert_eq!(item["holder"], "billing-worker-3");
+    assert_eq!(item["fencing_token"], guard.fencing_token());
+    assert_eq!(item["waiters"], 0);
+    let ttl_ms = item["ttl_ms"].as_u64().expect("ttl_ms");
+    assert!(ttl_ms > 0 && ttl_ms <= 120_000, "{ttl_ms}");
+
+    // Before the subcommand.
+    let out = leasehold(&["--json", "--url", &url, "show", "order:42"]);
+    assert_eq!(code(&out), 0);
+    let shown = json(&out);
+    let mut fields: Vec<&str> = shown
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        ["fencing_token", "holder", "key", "ttl_ms", "waiters"]
+    );
+    assert_eq!(shown["fencing_token"], guard.fencing_token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_a_held_lock_with_its_waiters_and_a_free_one() {
+    let server = start().await;
+    let client = named(&server, "billing-worker-3").await;
+    let guard = hold(&client, "order:42").await;
+    let other = named(&server, "reporting").await;
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("order:42")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+    });
+    // Until the waiter has taken its place in line.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while client
+        .inspect("order:42")
+        .await
+        .expect("inspect")
+        .is_none_or(|i| i.waiters != 1)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "hang guard");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // REDIS_URL instead of --url.
+    let out = leasehold_with_env(&["show", "order:42"], Some(&server.url()));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("holder:         billing-worker-3"), "{text}");
+    assert!(
+        text.contains(&format!("fencing token:  {}", guard.fencing_token())),
+        "{text}"
+    );
+    assert!(text.contains("waiters:        1"), "{text}");
+
+    let out = leasehold_with_env(&["show", "order:43"], Some(&server.url()));
+    assert_eq!(code(&out), 1, "not found");
+    assert!(stderr(&out).contains("not held"));
+    let out = leasehold_with_env(&["--json", "show", "order:43"], Some(&server.url()));
+    assert_eq!(code(&out), 1);
+    assert_eq!(json(&out), Value::Null);
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_needs_force_and_a_confirmation_and_wakes_the_next() {
+    let server = start().await;
+    let url = server.url();
+    let holder = named(&server, "stuck-job").await;
+    let guard = holder
+        .lock("order:7")
+        .ttl(Duration::from_secs(9))
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire");
+    let next = named(&server, "next-job").await;
+    let waiter = tokio::spawn(async move {
+        let taken = next
+            .lock("order:7")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await;
+        (next, taken)
+    });
+
+    // Without --force: usage.
+    let out = leasehold(&["--url", &url, "release", "order:7"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
+    // No terminal to ask on, and no --yes: refused.
+    let out = leasehold(&["--url", &url, "release", "order:7", "--force"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--yes"), "{}", stderr(&out));
+    assert!(guard.is_held());
+    assert_eq!(
+        holder
+            .inspect("order:7")
+            .await
+            .expect("inspect")
+            .map(|i| i.holder),
+        Some("stuck-job".to_owned())
+    );
+
+    let out = leasehold(&["--url", &url, "release", "order:7", "--force", "--yes"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("stuck-job"), "{}", stdout(&out));
+
+    // The waiter is woken and takes it; the old holder learns why.
+    let (next, taken) = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("hang guard: the waiter")
+        .expect("waiter task");
+    let taken = taken.expect("the woken waiter acquires");
+    tokio::time::timeout(Duration::from_secs(30), guard.lost())
+        .await
+        .expect("hang guard: the old holder's renewal");
+    assert_eq!(
+        guard.lost_cause(),
+        Some(leasehold::LostCause::ForceReleased)
+    );
+
+    // JSON, then a free lock: not found.
+    let out = leasehold(&[
+        "--url", &url, "--json", "release", "order:7", "--force", "-y",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["released"], true);
+    assert_eq!(report["holder"], "next-job");
+    assert!(next.inspect("order:7").await.expect("inspect").is_none());
+    drop(taken);
+    let out = leasehold(&["--url", &url, "release", "order:7", "--force", "--yes"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("not held"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_refreshes_count_times() {
+    let server = start().await;
+    let url = server.url();
+    let client = named(&server, "billing-worker-3").await;
+    let _guard = hold(&client, "order:42").await;
+
+    let out = leasehold(&[
+        "--url",
+        &url,
+        "watch",
+        "order:42",
+        "--count",
+        "3",
+        "--interval",
+        "50ms",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    // Not a terminal: one line per refresh, no cursor movement.
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.lines().all(|l| l.contains("held by billing-worker-3")));
+    assert!(!text.contains('\x1b'));
+
+    let out = leasehold(&[
+        "watch",
+        "order:404",
+        "--count",
+        "2",
+        "--interval",
+        "50ms",
+        "--json",
+        "--url",
+        &url,
+    ]);
+    assert_eq!(code(&out), 0);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON value per line"))
+        .collect();
+    assert_eq!(lines, [Value::Null, Value::Null]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_selects_the_namespace() {
+    let server = start().await;
+    let url = server.url();
+    let client = LockClient::builder()
+        .prefix("billing:locks:")
+        .name("billing-worker-3")
+        .connect(&url)
+        .await
+        .expect("connect");
+    let _guard = hold(&client, "order:42").await;
+
+    let out = leasehold(&["--url", &url, "show", "order:42"]);
+    assert_eq!(code(&out), 1, "not under the default prefix");
+    let out = leasehold(&[
+        "--url",
+        &url,
+        "show",
+        "order:42",
+        "--prefix",
+        "billing:locks:",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("billing-worker-3"));
+}
+
+#[test]
+fn connection_failure_exits_3_without_the_password() {
+    let port = free_port();
+    let url = format!("redis://admin:s3cret-pw@127.0.0.1:{port}");
+    for args in [
+        vec!["--url", url.as_str(), "show", "order:42"],
+        vec!["list", "--url", url.as_str(), "--json"],
+    ] {
+        let out = leasehold(&args);
+        assert_eq!(code(&out), 3, "{}", stderr(&out));
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains("s3cret-pw"), "{all}");
+        assert!(all.contains(&format!("127.0.0.1:{port}")), "{all}");
+    }
+    // From REDIS_URL too.
+    let out = leasehold_with_env(&["show", "k"], Some(&url));
+    assert_eq!(code(&out), 3);
+    assert!(!stderr(&out).contains("s3cret-pw"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["frobnicate"],
+        vec!["show"],
+        vec!["watch", "k", "--interval", "soon"],
+        vec!["--url", "redis://a:1", "--url", "redis://b:2", "show", "k"],
+        vec!["--cluster", "--redlock", "list"],
+    ] {
+        let out = leasehold(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+    }
+    let out = leasehold(&["--help"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("Exit codes"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_list_and_show_across_primaries() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .expect("cluster formation");
+    let client = LockClient::builder()
+        .name("billing-worker-3")
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect");
+    let mut guards = Vec::new();
+    for n in 0..30 {
+        guards.push(hold(&client, &format!("order:{n}")).await);
+    }
+    for node in cluster.nodes() {
+        assert!(!node.keys("leasehold:{order:*}:lock").is_empty());
+    }
+    let seed = cluster.urls()[0].clone();
+    let out = leasehold(&["--cluster", "--url", &seed, "--json", "list", "order:*"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out).as_array().map(Vec::len), Some(30));
+    let out = leasehold(&["show", "order:17", "--cluster", "--url", &seed]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("billing-worker-3"));
+}
+
+/// Run the binary on a pseudo-terminal (util-linux `script`), feeding
+/// `input`; `None` when `script` is not installed.
+fn on_terminal(args: &[&str], input: &str) -> Option<(i32, String)> {
+    use std::io::Write;
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let mut line = String::from(env!("CARGO_BIN_EXE_leasehold"));
+    for arg in args {
+        line.push_str(&format!(" '{arg}'"));
+    }
+    let mut child = Command::new(script)
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write the answer");
+    let out = child.wait_with_output().expect("script ends");
+    Some((code(&out), stdout(&out)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_release_asks_and_watch_redraws_in_place() {
+    let server = start().await;
+    let url = server.url();
+    let client = named(&server, "billing-worker-3").await;
+    let _guard = hold(&client, "order:42").await;
+
+    let Some((declined, screen)) =
+        on_terminal(&["--url", &url, "release", "order:42", "--force"], "n\n")
+    else {
+        eprintln!("skipped: util-linux `script` is not installed (no pseudo-terminal)");
+        return;
+    };
+    assert!(
+        screen.contains("Force-release `order:42` held by billing-worker-3"),
+        "{screen}"
+    );
+    assert_eq!(declined, 2, "declined: nothing done");
+    assert!(client.inspect("order:42").await.expect("inspect").is_some());
+
+    let (code, screen) = on_terminal(
+        &[
+            "--url",
+            &url,
+            "watch",
+            "order:42",
+            "--count",
+            "2",
+            "--interval",
+            "50ms",
+        ],
+        "",
+    )
+    .expect("script");
+    assert_eq!(code, 0, "{screen}");
+    // The second refresh goes back up over the first and clears it.
+    assert!(screen.contains("\x1b[1F\x1b[J"), "{screen:?}");
+
+    let (accepted, screen) =
+        on_terminal(&["--url", &url, "release", "order:42", "--force"], "y\n").expect("script");
+    assert_eq!(accepted, 0, "{screen}");
+    assert!(client.inspect("order:42").await.expect("inspect").is_none());
+}

@@ -1,0 +1,60 @@
+//! `force_release.lua`: an operator's release of whoever holds a lock.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke};
+use crate::backend::LockKeys;
+use crate::backend::connect::millis;
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("force_release.lua")));
+
+/// The shortest life of the forced marker: long enough for a holder whose
+/// lease was about to run out to hear why at its next renewal.
+const MIN_MARKER: Duration = Duration::from_secs(1);
+
+/// What `force_release.lua` did.
+#[derive(Debug)]
+pub(crate) struct Forced {
+    /// The owner token that held the lock (`None`: it was free).
+    pub(crate) holder: Option<String>,
+    /// The first waiter in line, told it is next.
+    pub(crate) next: Option<String>,
+}
+
+/// Delete the lock whoever holds it, announce it on the lock's channel with
+/// `publish` (`PUBLISH`, or `SPUBLISH` on Cluster), and leave the forced
+/// marker for the old holder's next renewal.
+pub(crate) async fn force_release<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    publish: &str,
+) -> Result<Forced, ScriptError> {
+    let mut cmd = evalsha(&SCRIPT, 3);
+    cmd.arg(&keys.lock)
+        .arg(&keys.line)
+        .arg(forced_name(keys))
+        .arg(&keys.channel)
+        .arg(publish)
+        .arg(millis(MIN_MARKER));
+    let (code, holder, next): (i64, Option<String>, Option<String>) =
+        invoke(&SCRIPT, &cmd, con).await?;
+    match code {
+        1 => Ok(Forced { holder, next }),
+        0 => Ok(Forced {
+            holder: None,
+            next: None,
+        }),
+        _ => Err(ScriptError::WrongType {
+            redis_key: keys.lock.clone(),
+        }),
+    }
+}
+
+/// `P{K}:forced`: the lock key with `:forced` in place of `:lock` (renew.lua
+/// derives it the same way).
+fn forced_name(keys: &LockKeys) -> String {
+    let stem = keys.lock.strip_suffix(":lock").unwrap_or(&keys.lock);
+    format!("{stem}:forced")
+}

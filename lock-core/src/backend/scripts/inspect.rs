@@ -1,0 +1,57 @@
+//! `inspect.lua`: read one lock (holder, lease left, fence, line) at once.
+
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke};
+use crate::backend::{Inspected, LockKeys};
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("inspect.lua")));
+
+/// The lock as it is now; `None` when it is free.
+pub(crate) async fn inspect<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+) -> Result<Option<Inspected>, ScriptError> {
+    let mut cmd = evalsha(&SCRIPT, 4);
+    cmd.arg(&keys.lock)
+        .arg(&keys.fence)
+        .arg(&keys.line)
+        .arg(&keys.places);
+    let reply: Vec<Value> = invoke(&SCRIPT, &cmd, con).await?;
+    match reply.as_slice() {
+        [] => Ok(None),
+        [Value::Int(-1), Value::Int(i)] => Err(ScriptError::WrongType {
+            redis_key: match i {
+                2 => &keys.fence,
+                3 => &keys.line,
+                4 => &keys.places,
+                _ => &keys.lock,
+            }
+            .clone(),
+        }),
+        [token, pttl, fence, waiters] => {
+            let token: String =
+                redis::from_redis_value_ref(token).map_err(redis::RedisError::from)?;
+            let pttl: i64 = redis::from_redis_value_ref(pttl).map_err(redis::RedisError::from)?;
+            let fence: String =
+                redis::from_redis_value_ref(fence).map_err(redis::RedisError::from)?;
+            let waiters: i64 =
+                redis::from_redis_value_ref(waiters).map_err(redis::RedisError::from)?;
+            Ok(Some(Inspected {
+                key: keys.key.clone(),
+                token,
+                // -1: no expiry (not set by leasehold); shown as zero left.
+                ttl: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
+                fence: fence.parse().unwrap_or(0),
+                waiters: usize::try_from(waiters).unwrap_or(0),
+            }))
+        }
+        _ => Err(ScriptError::Redis(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the inspect script answered an unexpected reply",
+        )))),
+    }
+}

@@ -1,0 +1,91 @@
+//! [`LockInfo`]: what operators see of a held lock (`LockClient::inspect`,
+//! `LockClient::list`, the `leasehold` CLI). A leaf module.
+
+use std::time::Duration;
+
+/// One held lock, as the backend sees it now: who holds it, how much of the
+/// lease is left, its fencing token and how many wait for it.
+///
+/// Returned by [`LockClient::inspect`](crate::LockClient::inspect) and
+/// [`LockClient::list`](crate::LockClient::list). A snapshot: by the time
+/// it is read the lease may have been renewed, released or lost.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// use std::time::Duration;
+/// use leasehold_core::LockClient;
+///
+/// let client = LockClient::builder()
+///     .prefix("doc-lockinfo:")
+///     .name("billing-worker-3")
+///     .in_memory();
+/// let guard = client.lock("order:42").ttl(Duration::from_secs(10)).acquire().await?;
+///
+/// let info = client.inspect("order:42").await?.expect("held");
+/// assert_eq!(info.key, "order:42");
+/// assert_eq!(info.holder, "billing-worker-3");
+/// assert!(info.ttl <= Duration::from_secs(10));
+/// assert_eq!(info.fencing_token, guard.fencing_token());
+/// assert_eq!(info.waiters, 0);
+/// # Ok(()) }
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The key as given to `lock`, without the client's prefix.
+    pub key: String,
+    /// The holding client's name ([`LockClientBuilder::name`](crate::LockClientBuilder::name);
+    /// default `hostname:pid`).
+    pub holder: String,
+    /// The lease time left (zero for a key without expiry, which leasehold
+    /// never writes).
+    pub ttl: Duration,
+    /// The holder's fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    pub fencing_token: u64,
+    /// Tasks in line for it, across clients (Redlock keeps no line: 0).
+    pub waiters: usize,
+}
+
+impl LockInfo {
+    /// Build from the owner token stored in the lock (`<32 hex>:<name>`).
+    pub(crate) fn new(
+        key: String,
+        owner_token: &str,
+        ttl: Duration,
+        fencing_token: u64,
+        waiters: usize,
+    ) -> LockInfo {
+        LockInfo {
+            key,
+            holder: holder_name(owner_token).to_owned(),
+            ttl,
+            fencing_token,
+            waiters,
+        }
+    }
+}
+
+/// The client name in an owner token: what follows the first `:` (a token
+/// without one, written by something else, is shown whole).
+fn holder_name(owner_token: &str) -> &str {
+    match owner_token.split_once(':') {
+        Some((_random, name)) => name,
+        None => owner_token,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_name;
+
+    #[test]
+    fn the_holder_is_the_name_after_the_random_part() {
+        assert_eq!(
+            holder_name("0123456789abcdef0123456789abcdef:billing-worker-3"),
+            "billing-worker-3"
+        );
+        assert_eq!(holder_name("0123:host:4242"), "host:4242");
+        assert_eq!(holder_name("opaque"), "opaque");
+    }
+}
