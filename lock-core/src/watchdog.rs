@@ -14,6 +14,7 @@
 //! the backend alone, and the lease on it, not the other way round.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -49,6 +50,10 @@ pub(crate) struct Watchdog {
     backend: Arc<dyn Backend>,
     state: Mutex<Tracked>,
     wake: Notify,
+    /// The last server change whose audit went through: a renewal refused
+    /// while a later one is pending is lost to that change's cause (it may
+    /// have reached the new server before the audit did).
+    audited: AtomicU64,
 }
 
 #[derive(Default)]
@@ -82,6 +87,7 @@ impl Watchdog {
             backend,
             state: Mutex::default(),
             wake: Notify::new(),
+            audited: AtomicU64::new(0),
         }
     }
 
@@ -217,7 +223,9 @@ impl Watchdog {
                             }
                         }
                         Owned::No | Owned::WrongType => {
-                            let cause = audit.unwrap_or(LostCause::Refused);
+                            let cause = audit
+                                .or_else(|| self.pending_change())
+                                .unwrap_or(LostCause::Refused);
                             tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
                             lease.refused(cause);
                         }
@@ -230,6 +238,14 @@ impl Watchdog {
                 false
             }
         }
+    }
+}
+
+impl Watchdog {
+    /// The cause of a server change announced but not audited yet.
+    fn pending_change(&self) -> Option<LostCause> {
+        let change = *self.backend.changes()?.borrow();
+        (change.generation > self.audited.load(Ordering::Acquire)).then_some(change.cause)
     }
 }
 
@@ -247,10 +263,10 @@ impl Drop for Running<'_> {
 }
 
 /// Waits for the next announced server change; never resolves without one.
-async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> LostCause {
+async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> ServerChange {
     if let Some(receiver) = changes {
         if receiver.changed().await.is_ok() {
-            return receiver.borrow_and_update().cause;
+            return *receiver.borrow_and_update();
         }
         *changes = None;
     }
@@ -262,7 +278,8 @@ async fn run(watchdog: Arc<Watchdog>) {
     let _running = Running(&watchdog);
     let mut changes = watchdog.backend.changes();
     if let Some(receiver) = &mut changes {
-        receiver.borrow_and_update();
+        let seen = receiver.borrow_and_update().generation;
+        watchdog.audited.fetch_max(seen, Ordering::AcqRel);
     }
     loop {
         let now = Instant::now();
@@ -279,10 +296,12 @@ async fn run(watchdog: Arc<Watchdog>) {
                 tokio::select! {
                     () = sleep => {}
                     () = watchdog.wake.notified() => {}
-                    cause = changed(&mut changes) => {
+                    change = changed(&mut changes) => {
                         // The server may have lost data: check every lease now.
                         let all = watchdog.all();
-                        watchdog.renew(&all, Instant::now(), Some(cause)).await;
+                        if watchdog.renew(&all, Instant::now(), Some(change.cause)).await {
+                            watchdog.audited.fetch_max(change.generation, Ordering::AcqRel);
+                        }
                     }
                 }
                 continue;

@@ -286,11 +286,17 @@ impl Shared {
             let mut conn = open_primary(&address, &self.options, self.pushes.clone()).await?;
             let identity = gate.identify(&mut conn).await?;
             tracing::warn!(set = %self.master_name, from = %known, to = %address.shown, "leasehold: the primary failed over; held leases are checked on the new one");
-            *self.current.write().unwrap_or_else(PoisonError::into_inner) = Current {
+            // The change is announced before any command of this client
+            // can reach the new primary: whoever it wakes (the watchdog's
+            // check) waits here for the new connection.
+            let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+            let announced = gate.failed_over(identity);
+            *current = Current {
                 address: address.clone(),
                 conn,
             };
-            gate.failed_over(identity)?;
+            drop(current);
+            announced?;
         } else {
             // Same primary: it may have restarted (a changed run_id).
             let mut conn = self.current().conn.clone();
@@ -443,7 +449,11 @@ async fn follow(
                 }
             }
             drop((shared, gate, wakeups));
-            tokio::time::sleep(delay).await;
+            // A sentinel's announcement ends the pause at once.
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                Some(()) = switches.recv() => {}
+            }
             delay = (delay * 2).min(MAX_RESOLVE_DELAY);
         }
     }
