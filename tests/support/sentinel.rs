@@ -184,6 +184,15 @@ pub struct SentinelSet {
     sentinels: Vec<SentinelProcess>,
     proxy: FaultProxy,
     passwords: Option<Passwords>,
+    /// The sentinels' config dirs live under it.
+    base: PathBuf,
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        self.sentinels.clear();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
 }
 
 impl SentinelSet {
@@ -266,6 +275,7 @@ impl SentinelSet {
             sentinels,
             proxy,
             passwords,
+            base,
         }
     }
 
