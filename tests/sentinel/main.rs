@@ -241,6 +241,14 @@ async fn unsynced_round(round: usize) {
             .expect("acquire"),
     );
     let first_token = guard.fencing_token();
+    // The hold works: the write is on the primary alone.
+    let primary = set.primary_port();
+    for port in set.replica_ports() {
+        assert!(
+            keys_on(&set, port, "*job*").is_empty(),
+            "the key reached replica {port} (primary {primary}): replication was not held"
+        );
+    }
 
     // A waiter in line before the failover; it publishes its guard for the
     // overlap check as soon as it has one.
@@ -347,6 +355,93 @@ async fn unsynced_round(round: usize) {
         "sentinel/unsynced round {round}: failover {failover:?}, first guard lost {lost_after:?} after it \
          ({lost_after_kill:?} after the kill, cause FailedOver), fresh acquisition {fresh_took:?} after it, \
          waiter acquired {waiter_after:?} after it (restart_grace {TTL:?})"
+    );
+}
+
+/// A manual failover: the old primary stays up and becomes a replica, so
+/// nothing breaks a connection; clients follow on `+switch-master` (or the
+/// `READONLY` answers of the demoted primary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_with_the_old_primary_alive_is_followed() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start_direct)
+        .await
+        .expect("harness thread");
+    let urls = set.sentinel_urls();
+    let holder = LockClient::builder()
+        .replica_sync(1, Duration::from_secs(1))
+        .connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .expect("connect");
+    let idle = LockClient::connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .expect("connect");
+    let waiter_client = LockClient::connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .expect("connect");
+    let guard = holder
+        .lock("job")
+        .ttl(TTL)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire");
+    let first_token = guard.fencing_token();
+    let waiting = tokio::spawn(async move {
+        let got = waiter_client
+            .lock("job")
+            .ttl(TTL)
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await;
+        (got, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (set, old, new, seen) = tokio::task::spawn_blocking(move || {
+        let old = set.manual_failover();
+        let new = set.wait_for_failover(old, FAILOVER_LIMIT);
+        (set, old, new, Instant::now())
+    })
+    .await
+    .expect("harness thread");
+    assert_ne!(old, new);
+
+    // The idle client, whose connection to the old primary never broke, has
+    // followed half a second after the failover: its first acquisition lands
+    // on the new primary. (It tries no earlier: right after the promotion
+    // the old primary accepts writes until the sentinels demote it, and an
+    // attempt then would close its grants for the TTL after the switch.)
+    tokio::time::sleep_until(seen + Duration::from_millis(500)).await;
+    let fresh = idle
+        .lock("fresh")
+        .ttl(TTL)
+        .try_acquire()
+        .await
+        .expect("an acquisition after the failover")
+        .expect("nobody holds `fresh`");
+    let fresh_took = seen.elapsed();
+    assert!(
+        !keys_on(&set, new, "*fresh*").is_empty(),
+        "the idle client's acquisition did not land on the new primary"
+    );
+    fresh.release().await.expect("release");
+
+    // The synced lease is kept, renewed on the new primary.
+    tokio::time::sleep(TTL / 2).await;
+    assert!(guard.is_held(), "lost: {:?}", guard.lost_cause());
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released_at = Instant::now();
+    guard.release().await.expect("release on the new primary");
+    let (got, acquired_at) = waiting.await.expect("waiter task");
+    let second = got.expect("the waiter acquires after the release");
+    assert!(second.fencing_token() > first_token);
+    // Not before its own grants reopen: TTL after its client saw the switch.
+    let handed = acquired_at - released_at;
+    let after_failover = acquired_at - seen;
+    second.release().await.expect("release");
+    println!(
+        "sentinel/manual failover: an idle client acquired {fresh_took:?} after it, \
+         the waiter {handed:?} after the release ({after_failover:?} after the failover, TTL {TTL:?})"
     );
 }
 

@@ -6,6 +6,13 @@
 //! reach the primary only: killed then, the primary takes it with it. The
 //! sentinels run with `down-after-milliseconds 500` and `failover-timeout
 //! 2000`, quorum 2.
+//!
+//! The sentinels see replicas whose master port (the proxy's) is not the
+//! primary's: they reconfigure them to the primary (`+fix-slave-config`)
+//! once they look at the replicas again with the primary healthy (every
+//! 10 s, or during a manual failover). Hold replication and kill the primary
+//! within a few seconds of [`SentinelSet::start`]; for a manual failover use
+//! [`SentinelSet::start_direct`].
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -204,6 +211,16 @@ impl SentinelSet {
     /// Like [`start`](Self::start), with passwords (`requirepass` on the data
     /// nodes and on the sentinels).
     pub fn start_with(passwords: Option<Passwords>) -> SentinelSet {
+        SentinelSet::start_inner(passwords, true)
+    }
+
+    /// Replicas replicating from the primary directly (no
+    /// [`hold_replication`](Self::hold_replication)).
+    pub fn start_direct() -> SentinelSet {
+        SentinelSet::start_inner(None, false)
+    }
+
+    fn start_inner(passwords: Option<Passwords>, via_proxy: bool) -> SentinelSet {
         let mut auth: Vec<String> = Vec::new();
         if let Some(p) = &passwords {
             auth = vec![
@@ -217,7 +234,12 @@ impl SentinelSet {
         args.extend(auth.iter().cloned());
         let primary = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let proxy = FaultProxy::start(primary.port());
-        let proxy_port = proxy.port().to_string();
+        let proxy_port = if via_proxy {
+            proxy.port()
+        } else {
+            primary.port()
+        }
+        .to_string();
         let mut nodes = vec![primary];
         for _ in 0..2 {
             let mut args: Vec<String> = vec![
@@ -303,6 +325,16 @@ impl SentinelSet {
             .unwrap_or_else(|| panic!("no sentinel names a primary"))
     }
 
+    /// The ports of the data nodes that are not the primary now.
+    pub fn replica_ports(&self) -> Vec<u16> {
+        let primary = self.primary_port();
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != primary)
+            .map(RedisServer::port)
+            .collect()
+    }
+
     /// The data node on `port`.
     pub fn node(&self, port: u16) -> &RedisServer {
         self.nodes
@@ -312,6 +344,8 @@ impl SentinelSet {
     }
 
     /// Stop forwarding replication: writes from now on reach the primary only.
+    /// The replicas must still replicate through the proxy: see the module
+    /// docs.
     pub fn hold_replication(&self) {
         self.proxy.set_mode(ProxyMode::Blackhole);
     }
@@ -325,6 +359,15 @@ impl SentinelSet {
             .find(|n| n.port() == port)
             .unwrap_or_else(|| panic!("no data node on {port}"));
         node.stop();
+        port
+    }
+
+    /// `SENTINEL FAILOVER`: the primary stays up and is demoted to a
+    /// replica once a replica is promoted. Returns the old primary's port.
+    pub fn manual_failover(&self) -> u16 {
+        let port = self.primary_port();
+        let reply = self.sentinels[0].cmd(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        assert!(reply.is_ok(), "SENTINEL FAILOVER: {reply:?}");
         port
     }
 

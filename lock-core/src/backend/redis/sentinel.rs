@@ -270,17 +270,30 @@ impl Shared {
             .clone()
     }
 
-    /// Look the primary up and follow it if it moved. `Ok(true)` once
-    /// settled: the primary answers (and its identity was read again).
+    /// Look the primary up and follow it if it moved. `Ok` once settled:
+    /// the primary answers (and its identity was read again). With no
+    /// sentinel answering, the known primary is kept while it still says it
+    /// is one.
     async fn settle(&self, gate: &Gate, wakeups: &Wakeups) -> Result<(), LockError> {
-        let address = resolve(
+        let address = match resolve(
             &self.master_name,
             &self.sentinels,
             &self.template,
             &self.options,
             &self.shown,
         )
-        .await?;
+        .await
+        {
+            Ok(address) => address,
+            Err(error) => {
+                let known = self.current().address.clone();
+                if !matches!(is_primary(&known, &self.options).await, Ok(true)) {
+                    return Err(error);
+                }
+                tracing::debug!(%error, "leasehold: no sentinel answers; keeping the primary");
+                known
+            }
+        };
         let known = self.current().address.shown.clone();
         if address.shown != known {
             let mut conn = open_primary(&address, &self.options, self.pushes.clone()).await?;
