@@ -112,6 +112,28 @@ async fn replica_sync_round(round: usize) {
         .expect("connect through the sentinels");
     let shown = format!("{holder:?}");
     assert!(!shown.contains("s3cret"), "a password in Debug: {shown}");
+    // Wrong passwords: clear errors that do not show them.
+    let ports = set.sentinel_ports();
+    for (bad, what) in [
+        (
+            format!("redis://:wrong-s3cret@127.0.0.1:{}", ports[0]),
+            "sentinel password",
+        ),
+        (
+            format!(
+                "redis://:sentinel-s3cret@127.0.0.1:{}?primary_password=wrong-s3cret",
+                ports[0]
+            ),
+            "primary password",
+        ),
+    ] {
+        let err = LockClient::connect_sentinel(MASTER_NAME, [bad.as_str()])
+            .await
+            .expect_err(what);
+        let text = format!("{err} {err:?}");
+        assert!(matches!(err, LockError::Backend { .. }), "{what}: {err:?}");
+        assert!(!text.contains("s3cret"), "{what}: a password in {text}");
+    }
     let waiter_client = LockClient::builder()
         .replica_sync(1, Duration::from_secs(1))
         .connect_sentinel(MASTER_NAME, &urls)

@@ -317,6 +317,11 @@ impl SentinelSet {
             .collect()
     }
 
+    /// The sentinels' ports.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(SentinelProcess::port).collect()
+    }
+
     /// The primary the sentinels name now (the first that answers).
     pub fn primary_port(&self) -> u16 {
         self.sentinels
