@@ -93,6 +93,70 @@ impl LockClient {
         LockClient::builder().connect_cluster(urls).await
     }
 
+    /// Connect to the primary of the Redis set `master_name`, discovered
+    /// through its Sentinels and followed across failovers.
+    ///
+    /// Each sentinel URL is `redis://[user:password@]host:port` (the
+    /// sentinel's own credentials). The primary is reached with the same
+    /// credentials unless the query gives its own:
+    /// `redis://:sentinel-pw@s1:26379?primary_password=pw` (with
+    /// `primary_username=` for an ACL user; an empty `primary_password=`
+    /// means none). A path (`/2`) selects the primary's database. These are
+    /// read from the first URL. No password appears in errors or `Debug`.
+    ///
+    /// The primary is looked up again when its connection breaks, when it
+    /// answers `READONLY`, and when a sentinel announces `+switch-master`.
+    /// After a failover, held leases are checked on the new primary at once:
+    /// those whose key is not there are lost with
+    /// [`LostCause::FailedOver`](crate::LostCause::FailedOver); this client
+    /// grants no lock there until the longest lease it issued (and
+    /// `restart_grace`) could have run out; waiters are woken to try again.
+    /// With [`replica_sync`](LockClientBuilder::replica_sync) an acquisition
+    /// reached a replica before it returned, so it survives the promotion of
+    /// that replica.
+    ///
+    /// Fails with [`LockError::Backend`] if no sentinel names a reachable
+    /// primary.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
+    /// use leasehold_core::LockClient;
+    /// use std::time::Duration;
+    ///
+    /// let client = LockClient::connect_sentinel(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    /// )
+    /// .await?;
+    /// let guard = client.lock("order:42").ttl(Duration::from_secs(10)).renew(true).acquire().await?;
+    /// guard.release().await?;
+    ///
+    /// // Password-protected sentinels, a primary with its own password,
+    /// // acquisitions acknowledged by a replica before they return:
+    /// let client = LockClient::builder()
+    ///     .replica_sync(1, Duration::from_millis(100))
+    ///     .connect_sentinel(
+    ///         "mymaster",
+    ///         ["redis://:sentinel-pw@10.0.0.1:26379?primary_password=redis-pw"],
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn connect_sentinel<I, S>(
+        master_name: &str,
+        sentinels: I,
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        LockClient::builder()
+            .connect_sentinel(master_name, sentinels)
+            .await
+    }
+
     /// The embedded backend: leases live in this process, shared by every
     /// `in_memory()` client of the process (like clients of one Redis server),
     /// with the same semantics: TTL, owner tokens, fencing, wake on release.
@@ -336,7 +400,8 @@ impl LockClientBuilder {
     /// `WAIT` blocks the client's command connection while it waits, so other
     /// operations of this client queue behind it: keep `timeout` short.
     ///
-    /// For single-server clients ([`connect`](Self::connect)); the in-memory
+    /// For single-server and Sentinel clients ([`connect`](Self::connect),
+    /// [`connect_sentinel`](Self::connect_sentinel)); the in-memory
     /// backend has nothing to replicate and accepts it; Redlock and Cluster
     /// clients refuse a synced acquisition with [`LockError::InvalidArgument`].
     pub fn replica_sync(mut self, replicas: usize, timeout: Duration) -> Self {
@@ -412,6 +477,33 @@ impl LockClientBuilder {
         let backend =
             crate::backend::redis::cluster::Cluster::connect(&urls, &self.options, self.policy)
                 .await?;
+        Ok(LockClient::from_backend(Arc::new(backend), &self))
+    }
+
+    /// Connect through Redis Sentinel (see [`LockClient::connect_sentinel`]).
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn connect_sentinel<I, S>(
+        self,
+        master_name: &str,
+        sentinels: I,
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.check()?;
+        let urls: Vec<String> = sentinels
+            .into_iter()
+            .map(|u| u.as_ref().to_owned())
+            .collect();
+        let backend = crate::backend::redis::sentinel::Sentinel::connect(
+            master_name,
+            &urls,
+            &self.options,
+            self.policy,
+        )
+        .await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
 

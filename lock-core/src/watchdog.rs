@@ -14,6 +14,7 @@
 //! the backend alone, and the lease on it, not the other way round.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -49,6 +50,10 @@ pub(crate) struct Watchdog {
     backend: Arc<dyn Backend>,
     state: Mutex<Tracked>,
     wake: Notify,
+    /// The last server change whose audit went through: a renewal refused
+    /// while a later one is pending is lost to that change's cause (it may
+    /// have reached the new server before the audit did).
+    audited: AtomicU64,
 }
 
 #[derive(Default)]
@@ -82,6 +87,7 @@ impl Watchdog {
             backend,
             state: Mutex::default(),
             wake: Notify::new(),
+            audited: AtomicU64::new(0),
         }
     }
 
@@ -220,7 +226,9 @@ impl Watchdog {
                             let cause = if outcome == Owned::ForceReleased {
                                 LostCause::ForceReleased
                             } else {
-                                audit.unwrap_or(LostCause::Refused)
+                                audit
+                                    .or_else(|| self.pending_change())
+                                    .unwrap_or(LostCause::Refused)
                             };
                             tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
                             lease.refused(cause);
@@ -234,6 +242,14 @@ impl Watchdog {
                 false
             }
         }
+    }
+}
+
+impl Watchdog {
+    /// The cause of a server change announced but not audited yet.
+    fn pending_change(&self) -> Option<LostCause> {
+        let change = *self.backend.changes()?.borrow();
+        (change.generation > self.audited.load(Ordering::Acquire)).then_some(change.cause)
     }
 }
 
@@ -251,10 +267,10 @@ impl Drop for Running<'_> {
 }
 
 /// Waits for the next announced server change; never resolves without one.
-async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> LostCause {
+async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> ServerChange {
     if let Some(receiver) = changes {
         if receiver.changed().await.is_ok() {
-            return receiver.borrow_and_update().cause;
+            return *receiver.borrow_and_update();
         }
         *changes = None;
     }
@@ -266,7 +282,8 @@ async fn run(watchdog: Arc<Watchdog>) {
     let _running = Running(&watchdog);
     let mut changes = watchdog.backend.changes();
     if let Some(receiver) = &mut changes {
-        receiver.borrow_and_update();
+        let seen = receiver.borrow_and_update().generation;
+        watchdog.audited.fetch_max(seen, Ordering::AcqRel);
     }
     loop {
         let now = Instant::now();
@@ -283,10 +300,12 @@ async fn run(watchdog: Arc<Watchdog>) {
                 tokio::select! {
                     () = sleep => {}
                     () = watchdog.wake.notified() => {}
-                    cause = changed(&mut changes) => {
+                    change = changed(&mut changes) => {
                         // The server may have lost data: check every lease now.
                         let all = watchdog.all();
-                        watchdog.renew(&all, Instant::now(), Some(cause)).await;
+                        if watchdog.renew(&all, Instant::now(), Some(change.cause)).await {
+                            watchdog.audited.fetch_max(change.generation, Ordering::AcqRel);
+                        }
                     }
                 }
                 continue;

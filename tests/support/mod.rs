@@ -12,6 +12,8 @@
 //! * [`FaultProxy`]: a TCP proxy in front of a server that can add latency,
 //!   blackhole or reset connections at run time.
 //! * [`freeze_process`] / [`thaw_process`]: SIGSTOP / SIGCONT of any child.
+//! * [`SentinelSet`]: a primary, two replicas (replicating through a fault
+//!   proxy) and three sentinels.
 //!
 //! The system Redis on 6379 is never used: ports are picked in 12000..22000
 //! (bus ports 22000..32000), below the kernel's ephemeral range.
@@ -19,6 +21,7 @@
 
 mod cluster;
 mod proxy;
+mod sentinel;
 mod server;
 
 // A test file or bench may use only some of these.
@@ -26,6 +29,8 @@ mod server;
 pub use cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use proxy::{FaultProxy, ProxyMode};
+#[allow(unused_imports)]
+pub use sentinel::{MASTER_NAME, Passwords, SentinelSet};
 #[allow(unused_imports)]
 pub use server::{RedisServer, free_port, primary_with_replica};
 #[allow(unused_imports)]

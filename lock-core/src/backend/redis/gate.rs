@@ -63,7 +63,7 @@ struct State {
 
 /// What `INFO` says that matters here.
 #[derive(Debug, Default)]
-struct Identity {
+pub(crate) struct Identity {
     run_id: Option<String>,
     uptime: Option<Duration>,
     policy: Option<String>,
@@ -164,7 +164,40 @@ impl Gate {
         Ok(())
     }
 
+    /// Read the identity of a server without applying it yet (a failover:
+    /// the caller switches to that server, then calls
+    /// [`failed_over`](Self::failed_over)).
+    #[cfg(feature = "sentinel")]
+    pub(crate) async fn identify<C: ConnectionLike>(
+        &self,
+        con: &mut C,
+    ) -> Result<Identity, LockError> {
+        let info: Value = redis::cmd("INFO")
+            .query_async(con)
+            .await
+            .map_err(|e| backend_error(&self.server, e))?;
+        Ok(Identity::from_info(&info))
+    }
+
+    /// The primary was replaced by the server `identity` describes (a
+    /// Sentinel failover). Like a restart, with cause
+    /// [`LostCause::FailedOver`]; and since a promoted replica's uptime says
+    /// nothing about when it became primary, `restart_grace` counts from now.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn failed_over(&self, identity: Identity) -> Result<(), LockError> {
+        let grace = Instant::now() + self.policy.restart_grace;
+        {
+            let mut state = self.state();
+            state.closed_until = Some(state.closed_until.map_or(grace, |c| c.max(grace)));
+        }
+        self.apply_as(identity, false, LostCause::FailedOver)
+    }
+
     fn apply(&self, identity: Identity, first: bool) -> Result<(), LockError> {
+        self.apply_as(identity, first, LostCause::Restarted)
+    }
+
+    fn apply_as(&self, identity: Identity, first: bool, cause: LostCause) -> Result<(), LockError> {
         let now = Instant::now();
         let mut state = self.state();
         if let Some(policy) = identity.policy.as_deref().filter(|p| evicts(p)) {
@@ -223,7 +256,7 @@ impl Gate {
         if restarted {
             self.changes.send_modify(|change| {
                 change.generation += 1;
-                change.cause = LostCause::Restarted;
+                change.cause = cause;
             });
         }
         Ok(())

@@ -5,7 +5,9 @@
 //!   set), through redis-rs's reconnecting `ConnectionManager`;
 //! - `cluster` (feature `cluster`): Redis Cluster, scripts routed by hash
 //!   tag, renewals grouped by slot, release announcements over sharded
-//!   pub/sub (`sharded`).
+//!   pub/sub (`sharded`);
+//! - `sentinel` (feature `sentinel`): the primary of a Sentinel-monitored
+//!   set, discovered through the sentinels and followed across failovers.
 //!
 //! What the topologies share lives here: the scripts' calls and their
 //! retries (every script is safe to send again, so a command that hit a
@@ -18,6 +20,8 @@
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod gate;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod server;
 #[cfg(feature = "cluster")]
 mod sharded;
