@@ -161,7 +161,9 @@ impl Lease {
     /// drops it at its next look (this may run inside the watchdog's own
     /// bookkeeping, so it must not call back into it).
     fn mark_lost(&self, cause: LostCause) {
-        self.leave_held(State::Lost(cause));
+        if self.leave_held(State::Lost(cause)) {
+            tracing::warn!(key = %self.keys.key, %cause, "leasehold: lease lost");
+        }
     }
 
     fn leave_held(&self, state: State) -> bool {

@@ -230,7 +230,6 @@ impl Watchdog {
                                     .or_else(|| self.pending_change())
                                     .unwrap_or(LostCause::Refused)
                             };
-                            tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
                             lease.refused(cause);
                         }
                     }

@@ -479,3 +479,52 @@ async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lap
     got.release().await.unwrap();
     assert!(holder.lock("ghost").try_acquire().await.unwrap().is_some());
 }
+
+/// Connect means connected: a server that wants a password answers the
+/// connect itself with its own words, not the first lock call with a
+/// protocol error.
+#[tokio::test]
+async fn connect_fails_with_the_servers_own_words() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let port = server.port();
+    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    let err = LockClient::connect(&format!("redis://:wrong-pw@127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("WRONGPASS") || text.contains("invalid password"),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-pw"), "the password leaked: {text}");
+    let client = LockClient::connect(&format!("redis://:s3cret-pw@127.0.0.1:{port}"))
+        .await
+        .expect("the right password connects");
+    take_and_give_back(&client, "authed").await;
+}
+
+/// Every script is safe to resend: after a restart (with AOF, so the lease
+/// survives) the first command on the broken connection is sent again on
+/// the new one instead of failing with "broken pipe", and the lease is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_command_after_a_restart_is_resent() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("kept")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+    guard
+        .extend(Duration::from_secs(30))
+        .await
+        .expect("the extension is resent on the new connection");
+    assert!(guard.is_held());
+    guard.release().await.expect("still ours after the restart");
+}
