@@ -51,7 +51,7 @@ impl Server {
         let gate = Arc::new(Gate::new(&address.shown, policy));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let mut conn = connect_manager(
-            address.resp3_client()?,
+            address.resp3_client(options)?,
             options,
             &address.shown,
             Some(push_tx),
@@ -86,7 +86,7 @@ impl Server {
         let gate = Arc::new(Gate::new(&address.shown, policy));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = ConnectionManager::new_lazy_with_config(
-            address.resp3_client()?,
+            address.resp3_client(options)?,
             manager_config(options).set_push_sender(push_tx),
         )
         .map_err(|e| backend_error(&address.shown, e))?;
@@ -170,7 +170,7 @@ impl Topology for Server {
         Box::pin(async move {
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                self.address.resp3_client()?,
+                self.address.resp3_client(&self.options)?,
                 &self.options,
                 &self.address.shown,
                 Some(push_tx),
