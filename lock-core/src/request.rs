@@ -298,7 +298,7 @@ impl LockRequest {
                     if !waiter.is_listening() {
                         // First time busy: listen for its release, then look
                         // again at once (it may have been released meanwhile).
-                        waiter.listen().await;
+                        waiter.listen().await.map_err(|e| e.with_key(&self.key))?;
                         continue;
                     }
                     // `None`: a key without expiry, only a release ends it.

@@ -161,6 +161,8 @@ pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
             "TLS: the server's certificate was not accepted ({text}); \
              trust its CA with LockClientBuilder::tls_ca"
         )
+    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
+        format!("{ACL_REFUSED} ({text}); see the minimal ACL rule in the README")
     } else if text.contains("CertificateRequired") {
         format!(
             "TLS: the server requires a client certificate ({text}); \
@@ -170,6 +172,15 @@ pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
         text
     };
     LockError::backend(server, message)
+}
+
+/// How every [`LockError::Backend`] message about an ACL refusal starts.
+pub(crate) const ACL_REFUSED: &str = "NOPERM: refused by the server's ACL";
+
+/// Whether `err` is an ACL refusal: the user lacks a permission, which no
+/// retry will fix.
+pub(crate) fn is_acl_refusal(err: &LockError) -> bool {
+    matches!(err, LockError::Backend { message, .. } if message.starts_with(ACL_REFUSED))
 }
 
 /// Whether redis-rs's message tells of a server certificate rustls refused.
