@@ -27,7 +27,8 @@ impl RedisCluster {
     /// Starts `masters` nodes (`--cluster-enabled yes`, own `nodes.conf` in
     /// own dir, `--cluster-node-timeout 2000`), forms the cluster with
     /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`
-    /// (by hand with `CLUSTER ADDSLOTSRANGE`/`MEET` when `masters < 3`, which
+    /// (by hand with `CLUSTER ADDSLOTSRANGE` (`ADDSLOTS` before Redis 7)/`MEET`
+    /// when `masters < 3`, which
     /// redis-cli refuses), and waits until every node reports
     /// `cluster_state:ok` and knows all nodes (30 s, then panics).
     pub fn start(masters: usize) -> RedisCluster {
@@ -292,7 +293,17 @@ impl RedisCluster {
         for (i, node) in self.nodes.iter().enumerate() {
             let start = (usize::from(SLOTS) * i / n).to_string();
             let end = (usize::from(SLOTS) * (i + 1) / n - 1).to_string();
-            node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &start, &end]);
+            if node.is_redis7() {
+                node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &start, &end]);
+            } else {
+                // Redis < 7 has no ADDSLOTSRANGE: every slot, one by one.
+                let first: usize = SLOTS as usize * i / n;
+                let last: usize = SLOTS as usize * (i + 1) / n - 1;
+                let slots: Vec<String> = (first..=last).map(|s| s.to_string()).collect();
+                let mut args = vec!["CLUSTER", "ADDSLOTS"];
+                args.extend(slots.iter().map(String::as_str));
+                node.cmd(&args);
+            }
             node.cmd(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
         }
         let first = self.nodes[0].port().to_string();
