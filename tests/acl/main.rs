@@ -246,3 +246,64 @@ async fn without_the_key_pattern_names_the_key() {
 async fn without_the_channel_pattern_names_the_channel() {
     assert_names(&refused("&leasehold:*").await, "channel");
 }
+
+/// On Redis Cluster: the minimal rule plus the Cluster entries of the README
+/// (sharded pub/sub, topology discovery, `COMMAND INFO`), set on every node.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minimal_rule_with_cluster_entries_works_on_a_cluster() {
+    const CLUSTER_ENTRIES: &[&str] = &[
+        "+spublish",
+        "+ssubscribe",
+        "+sunsubscribe",
+        "+cluster|slots",
+        "+cluster|shards",
+        "+command|info",
+    ];
+    let cluster = tokio::task::spawn_blocking(|| support::RedisCluster::start(3))
+        .await
+        .expect("cluster formation");
+    let redis7 = cluster.nodes()[0].is_redis7();
+    for node in cluster.nodes() {
+        let password = format!(">{USER_PASSWORD}");
+        let mut args = vec!["ACL", "SETUSER", "locker", "reset", "on", password.as_str()];
+        args.extend(MINIMAL_RULE);
+        // Redis 6.2 knows neither sharded pub/sub nor CLUSTER SHARDS.
+        args.extend(CLUSTER_ENTRIES.iter().filter(|e| {
+            redis7
+                || !matches!(
+                    **e,
+                    "+spublish" | "+ssubscribe" | "+sunsubscribe" | "+cluster|shards"
+                )
+        }));
+        node.cmd(&args);
+    }
+    let urls: Vec<String> = cluster.nodes().iter().map(|n| url(n, "locker")).collect();
+    within_limit("cluster with the minimal rule", async {
+        let a = LockClient::connect_cluster(&urls)
+            .await
+            .expect("a connects");
+        let b = LockClient::connect_cluster(&urls)
+            .await
+            .expect("b connects");
+        let held = a
+            .lock("acl:cluster")
+            .ttl(Duration::from_millis(600))
+            .renew(true)
+            .acquire()
+            .await
+            .expect("acquire");
+        let waiter = tokio::spawn(async move {
+            b.lock("acl:cluster")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(held.is_held(), "renewed on the cluster");
+        held.release().await.expect("release");
+        let second = waiter.await.expect("task").expect("b acquires");
+        second.release().await.expect("b releases");
+    })
+    .await;
+}
