@@ -32,20 +32,29 @@ impl RedisCluster {
     /// redis-cli refuses), and waits until every node reports
     /// `cluster_state:ok` and knows all nodes (30 s, then panics).
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, |_| Vec::new())
+    }
+
+    /// Like [`RedisCluster::start`], with extra `redis-server` arguments for
+    /// node `i` (e.g. its own `--tls-port`).
+    pub fn start_with(masters: usize, extra_args: impl Fn(usize) -> Vec<String>) -> RedisCluster {
         assert!(
             masters >= 1,
             "RedisCluster::start: need at least one master"
         );
         let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                RedisServer::start_with(&[
+            .map(|i| {
+                let extra = extra_args(i);
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
-                ])
+                ];
+                args.extend(extra.iter().map(String::as_str));
+                RedisServer::start_with(&args)
             })
             .collect();
         let cluster = RedisCluster { nodes };

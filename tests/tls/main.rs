@@ -299,3 +299,80 @@ async fn unreadable_ca_is_an_invalid_argument() {
         "{err:?}"
     );
 }
+
+/// Redis Cluster over TLS: every node serves TLS and announces its TLS port
+/// (`tls-cluster yes`), the client trusts the test CA for every node it
+/// discovers; acquire, wait (sharded pub/sub over TLS on Redis 7) and release.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls() {
+    let ca = Ca::new("leasehold cluster CA");
+    let dir = pem_dir();
+    let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
+    let cert = write(&dir, "node.crt", &cert);
+    let key = write(&dir, "node.key", &key);
+    let ca_file = write(&dir, "ca.crt", &ca.pem());
+    let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports = tls_ports.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        support::RedisCluster::start_with(3, |i| {
+            [
+                "--tls-port",
+                &ports[i].to_string(),
+                "--tls-cluster",
+                "yes",
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca_file,
+                "--tls-auth-clients",
+                "no",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+        })
+    })
+    .await
+    .expect("TLS cluster formation");
+    let urls: Vec<String> = tls_ports
+        .iter()
+        .map(|p| format!("rediss://127.0.0.1:{p}"))
+        .collect();
+    let connect = || async {
+        client_builder(&ca)
+            .connect_cluster(&urls)
+            .await
+            .expect("connect to the cluster over TLS")
+    };
+    let (a, b) = (connect().await, connect().await);
+    let held = a
+        .lock("tls:cluster")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire on the TLS cluster");
+    let waiter = tokio::spawn(async move {
+        b.lock("tls:cluster")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(held.is_held(), "renewed over TLS");
+    held.release().await.expect("release");
+    let second = waiter.await.expect("task").expect("b acquires");
+    second.release().await.expect("b releases");
+
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_cluster(&urls)
+        .await
+        .expect_err("a cluster whose CA is not trusted is refused");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("tls_ca"), "{err}");
+    drop(cluster);
+}
