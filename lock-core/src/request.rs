@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientConfig;
 use crate::error::LockError;
@@ -305,7 +306,8 @@ impl LockRequest {
                     expires_in.unwrap_or(self.wait)
                 }
                 Err(error) => {
-                    if Instant::now() + retry_delay >= deadline {
+                    // An ACL refusal is a setup mistake: retrying cannot help.
+                    if Instant::now() + retry_delay >= deadline || is_acl_refusal(&error) {
                         return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;

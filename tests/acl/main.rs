@@ -307,3 +307,27 @@ async fn minimal_rule_with_cluster_entries_works_on_a_cluster() {
     })
     .await;
 }
+
+/// A refusal is not retried while the request may wait: it comes back at
+/// once, not after the `wait` budget (a setup mistake no retry can fix).
+#[tokio::test]
+async fn a_refusal_is_not_retried_until_the_wait_runs_out() {
+    let server = start_server();
+    create_user(&server, "locker", &["+evalsha"]);
+    let client = connect(&server, "locker").await.expect("connects");
+    let started = std::time::Instant::now();
+    let err = client
+        .lock("acl:patient")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect_err("EVALSHA is refused");
+    assert_names(&err, "evalsha");
+    // Not a speed threshold: far below the 30 s `wait`, which retries of a
+    // refusal would use up.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+}
