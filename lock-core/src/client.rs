@@ -439,6 +439,61 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trust the CA certificate(s) in `pem` (PEM text, one or more
+    /// `-----BEGIN CERTIFICATE-----` blocks) for `rediss://` servers,
+    /// instead of the bundled web PKI roots: for a server whose certificate
+    /// a private CA signed. Certificates are always verified, host name
+    /// included. A `pem` with no certificate makes `connect` fail with
+    /// [`LockError::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap_or_default();
+    /// let client = leasehold_core::LockClient::builder()
+    ///     .tls_ca(ca)
+    ///     .connect("rediss://locker:secret@redis.internal:6380")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        let pem = pem.into();
+        if let Err(e) = validate_pem_certs("tls_ca", &pem) {
+            self.invalid = Some(e);
+        }
+        let certs = self.options.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.root_cert = Some(pem);
+        self
+    }
+
+    /// Present this client certificate (PEM chain) and private key (PEM)
+    /// to `rediss://` servers that require one (`tls-auth-clients yes`).
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        let client_cert = cert_pem.into();
+        if let Err(e) = validate_pem_certs("tls_client_cert", &client_cert) {
+            self.invalid = Some(e);
+        }
+        let certs = self.options.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        });
+        certs.client_tls = Some(redis::ClientTlsConfig {
+            client_cert,
+            client_key: key_pem.into(),
+        });
+        self
+    }
+
     fn check(&self) -> Result<(), LockError> {
         match &self.invalid {
             Some(e) => Err(e.clone()),
@@ -519,4 +574,23 @@ impl LockClientBuilder {
         };
         LockClient::from_backend(MemoryBackend::shared(), &builder)
     }
+}
+
+/// At least one certificate, and nothing unreadable, in PEM text.
+#[cfg(feature = "tls")]
+fn validate_pem_certs(name: &'static str, pem: &[u8]) -> Result<(), LockError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut count = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| LockError::invalid(name, format!("unreadable PEM certificate: {e}")))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(LockError::invalid(
+            name,
+            "no `-----BEGIN CERTIFICATE-----` block in the PEM text",
+        ));
+    }
+    Ok(())
 }

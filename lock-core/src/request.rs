@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientConfig;
 use crate::error::LockError;
@@ -298,14 +299,15 @@ impl LockRequest {
                     if !waiter.is_listening() {
                         // First time busy: listen for its release, then look
                         // again at once (it may have been released meanwhile).
-                        waiter.listen().await;
+                        waiter.listen().await.map_err(|e| e.with_key(&self.key))?;
                         continue;
                     }
                     // `None`: a key without expiry, only a release ends it.
                     expires_in.unwrap_or(self.wait)
                 }
                 Err(error) => {
-                    if Instant::now() + retry_delay >= deadline {
+                    // An ACL refusal is a setup mistake: retrying cannot help.
+                    if Instant::now() + retry_delay >= deadline || is_acl_refusal(&error) {
                         return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;

@@ -37,6 +37,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
+use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys, abandon_in_background};
 use crate::error::LockError;
 
@@ -100,14 +101,22 @@ impl<'a> Waiter<'a> {
     /// Join the local wake-ups and listen for the lock's releases. Without
     /// a subscription the waiter still wakes when the holder's lease runs
     /// out, and on releases made through this client.
-    pub(crate) async fn listen(&mut self) {
+    ///
+    /// An ACL refusal (the user may not subscribe to the lock's channel) is
+    /// returned instead: a setup mistake that no retry fixes, and that would
+    /// otherwise go unseen while every wait lasts until the lease runs out.
+    pub(crate) async fn listen(&mut self) -> Result<(), LockError> {
         self.wakeup = Some(self.backend.wakeups().join(&self.keys.channel, self.token));
         // Before the await: dropped while subscribing, the subscription
         // (if it happens) is undone by `drop`.
         self.listening = true;
         if let Err(error) = self.backend.listen(self.keys).await {
+            if is_acl_refusal(&error) {
+                return Err(error);
+            }
             tracing::debug!(%error, key = %self.keys.key, "leasehold: no release announcements, waking at expiry");
         }
+        Ok(())
     }
 
     /// The wake-up for the next sleep, armed now (before the attempt).

@@ -27,24 +27,34 @@ impl RedisCluster {
     /// Starts `masters` nodes (`--cluster-enabled yes`, own `nodes.conf` in
     /// own dir, `--cluster-node-timeout 2000`), forms the cluster with
     /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`
-    /// (by hand with `CLUSTER ADDSLOTSRANGE`/`MEET` when `masters < 3`, which
+    /// (by hand with `CLUSTER ADDSLOTSRANGE` (`ADDSLOTS` before Redis 7)/`MEET`
+    /// when `masters < 3`, which
     /// redis-cli refuses), and waits until every node reports
     /// `cluster_state:ok` and knows all nodes (30 s, then panics).
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, |_| Vec::new())
+    }
+
+    /// Like [`RedisCluster::start`], with extra `redis-server` arguments for
+    /// node `i` (e.g. its own `--tls-port`).
+    pub fn start_with(masters: usize, extra_args: impl Fn(usize) -> Vec<String>) -> RedisCluster {
         assert!(
             masters >= 1,
             "RedisCluster::start: need at least one master"
         );
         let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                RedisServer::start_with(&[
+            .map(|i| {
+                let extra = extra_args(i);
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
-                ])
+                ];
+                args.extend(extra.iter().map(String::as_str));
+                RedisServer::start_with(&args)
             })
             .collect();
         let cluster = RedisCluster { nodes };
@@ -292,7 +302,17 @@ impl RedisCluster {
         for (i, node) in self.nodes.iter().enumerate() {
             let start = (usize::from(SLOTS) * i / n).to_string();
             let end = (usize::from(SLOTS) * (i + 1) / n - 1).to_string();
-            node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &start, &end]);
+            if node.is_redis7() {
+                node.cmd(&["CLUSTER", "ADDSLOTSRANGE", &start, &end]);
+            } else {
+                // Redis < 7 has no ADDSLOTSRANGE: every slot, one by one.
+                let first: usize = SLOTS as usize * i / n;
+                let last: usize = SLOTS as usize * (i + 1) / n - 1;
+                let slots: Vec<String> = (first..=last).map(|s| s.to_string()).collect();
+                let mut args = vec!["CLUSTER", "ADDSLOTS"];
+                args.extend(slots.iter().map(String::as_str));
+                node.cmd(&args);
+            }
             node.cmd(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]);
         }
         let first = self.nodes[0].port().to_string();

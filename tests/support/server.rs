@@ -317,6 +317,27 @@ impl RedisServer {
         value_to_string(&self.cmd(&["INFO", section]))
     }
 
+    /// The server's version, `(major, minor, patch)` from `INFO server`
+    /// (`redis_version`). Tests whose assertions depend on it say so.
+    pub fn version(&self) -> (u32, u32, u32) {
+        let text = self.info("server");
+        let version = info_lookup(&text, "redis_version")
+            .unwrap_or_else(|| panic!("INFO server on port {} has no redis_version", self.port));
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        )
+    }
+
+    /// Whether the server is Redis 7 or newer (sharded pub/sub, subcommand
+    /// entries in `INFO commandstats`, `CLUSTER ADDSLOTSRANGE`, `DEBUG`
+    /// disabled unless enabled).
+    pub fn is_redis7(&self) -> bool {
+        self.version().0 >= 7
+    }
+
     /// A numeric field of `INFO <section>`, e.g.
     /// `info_field("stats", "total_commands_processed")`. Panics if absent.
     /// (The harness' own connections send no `CLIENT SETINFO`; the `INFO`

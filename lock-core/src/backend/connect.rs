@@ -16,6 +16,10 @@ pub(crate) struct ConnectOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) reconnect_retries: usize,
+    /// Custom trust anchors and client certificate for `rediss://` (`None`:
+    /// the webpki root certificates, no client certificate).
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<redis::TlsCertificates>,
 }
 
 impl Default for ConnectOptions {
@@ -24,6 +28,8 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             reconnect_retries: 2,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -46,6 +52,10 @@ impl Address {
                 format!("`{shown}` needs TLS: enable leasehold's `tls` feature"),
             ));
         }
+        #[cfg(feature = "tls")]
+        if url.starts_with("rediss://") {
+            install_crypto_provider();
+        }
         let info = url.into_connection_info().map_err(|e| {
             LockError::invalid(
                 "url",
@@ -58,15 +68,37 @@ impl Address {
         Ok(Address { info, shown })
     }
 
-    /// A redis-rs client for this address speaking RESP3 (push messages).
-    pub(crate) fn resp3_client(&self) -> Result<redis::Client, LockError> {
+    /// A redis-rs client for this address speaking RESP3 (push messages),
+    /// with the custom TLS certificates of `options` for `rediss://`.
+    pub(crate) fn resp3_client(
+        &self,
+        options: &ConnectOptions,
+    ) -> Result<redis::Client, LockError> {
         let settings = self
             .info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        redis::Client::open(self.info.clone().set_redis_settings(settings))
-            .map_err(|e| backend_error(&self.shown, e))
+        let info = self.info.clone().set_redis_settings(settings);
+        #[cfg(feature = "tls")]
+        if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&options.tls, info.addr()) {
+            return redis::Client::build_with_tls(info, certs.clone())
+                .map_err(|e| backend_error(&self.shown, e));
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = options;
+        redis::Client::open(info).map_err(|e| backend_error(&self.shown, e))
+    }
+}
+
+/// Make rustls usable: install the `ring` provider as the process default
+/// unless the application installed one already (then that one is kept).
+/// Without a default, rustls panics when redis-rs builds its TLS settings.
+#[cfg(feature = "tls")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // An `Err` means another thread installed one meanwhile: fine too.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
@@ -121,12 +153,39 @@ pub(crate) fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfi
 
 /// A redis-rs error as a [`LockError::Backend`] naming `server` (redacted).
 pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
+    let text = err.to_string();
     let message = if err.is_timeout() {
         format!("no answer in time ({err})")
+    } else if is_certificate_error(&text) {
+        format!(
+            "TLS: the server's certificate was not accepted ({text}); \
+             trust its CA with LockClientBuilder::tls_ca"
+        )
+    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
+        format!("{ACL_REFUSED} ({text}); see the minimal ACL rule in the README")
+    } else if text.contains("CertificateRequired") {
+        format!(
+            "TLS: the server requires a client certificate ({text}); \
+             present one with LockClientBuilder::tls_client_cert"
+        )
     } else {
-        err.to_string()
+        text
     };
     LockError::backend(server, message)
+}
+
+/// How every [`LockError::Backend`] message about an ACL refusal starts.
+pub(crate) const ACL_REFUSED: &str = "NOPERM: refused by the server's ACL";
+
+/// Whether `err` is an ACL refusal: the user lacks a permission, which no
+/// retry will fix.
+pub(crate) fn is_acl_refusal(err: &LockError) -> bool {
+    matches!(err, LockError::Backend { message, .. } if message.starts_with(ACL_REFUSED))
+}
+
+/// Whether redis-rs's message tells of a server certificate rustls refused.
+fn is_certificate_error(text: &str) -> bool {
+    text.contains("invalid peer certificate") || text.contains("UnknownIssuer")
 }
 
 /// Whether a failed command may simply be sent again: the connection broke

@@ -205,7 +205,7 @@ fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> Cluste
     let retries = u32::try_from(options.reconnect_retries)
         .unwrap_or(u32::MAX)
         .max(MIN_RETRIES);
-    ClusterClient::builder(nodes.to_vec())
+    let builder = ClusterClient::builder(nodes.to_vec())
         .connection_timeout(options.connect_timeout)
         .response_timeout(options.response_timeout)
         .retries(retries)
@@ -213,7 +213,21 @@ fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> Cluste
         // `CLUSTERDOWN` by default: longer than many leases.
         .min_retry_wait(10)
         .max_retry_wait(500)
-        .retry_wait_formula(10, 2)
+        .retry_wait_formula(10, 2);
+    // Custom certificates apply to `rediss://` seed nodes (and so to every
+    // node discovered from them); plain nodes ignore them.
+    #[cfg(feature = "tls")]
+    let builder = match &options.tls {
+        Some(certs)
+            if nodes
+                .iter()
+                .any(|n| matches!(n.addr(), redis::ConnectionAddr::TcpTls { .. })) =>
+        {
+            builder.certs(certs.clone())
+        }
+        _ => builder,
+    };
+    builder
 }
 
 fn build_client(builder: ClusterClientBuilder, server: &str) -> Result<ClusterClient, LockError> {

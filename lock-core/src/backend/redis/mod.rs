@@ -273,7 +273,7 @@ impl<T: Topology> RedisBackend<T> {
             other => other,
         };
         result.map_err(|e| match e {
-            ScriptError::Redis(e) => super::connect::backend_error(&self.server, e),
+            ScriptError::Redis(e) => scripts::script_backend_error(&self.server, e),
             wrong @ ScriptError::WrongType { .. } => {
                 LockError::backend(&self.server, format!("{wrong:?}"))
             }

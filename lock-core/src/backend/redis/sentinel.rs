@@ -418,7 +418,7 @@ async fn open_primary(
     pushes: mpsc::UnboundedSender<redis::PushInfo>,
 ) -> Result<ConnectionManager, LockError> {
     connect_manager(
-        address.resp3_client()?,
+        address.resp3_client(options)?,
         options,
         &address.shown,
         Some(pushes),
@@ -589,7 +589,7 @@ impl PubSub {
             return Ok(false);
         }
         let mut conn = connect_manager(
-            address.resp3_client()?,
+            address.resp3_client(options)?,
             options,
             &address.shown,
             Some(self.pushes.clone()),
@@ -648,7 +648,7 @@ impl Topology for Sentinel {
             let address = self.shared.current().address.clone();
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                address.resp3_client()?,
+                address.resp3_client(&self.shared.options)?,
                 &self.shared.options,
                 &address.shown,
                 Some(push_tx.clone()),

@@ -53,7 +53,7 @@ impl Server {
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let mut conn = within_connect_timeout(
             ConnectionManager::new_with_config(
-                address.resp3_client()?,
+                address.resp3_client(options)?,
                 manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
             ),
             options,
@@ -88,7 +88,7 @@ impl Server {
         let gate = Arc::new(Gate::new(&address.shown, policy));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = ConnectionManager::new_lazy_with_config(
-            address.resp3_client()?,
+            address.resp3_client(options)?,
             manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
         )
         .map_err(|e| backend_error(&address.shown, e))?;
@@ -199,7 +199,7 @@ impl Topology for Server {
         Box::pin(async move {
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                self.address.resp3_client()?,
+                self.address.resp3_client(&self.options)?,
                 &self.options,
                 &self.address.shown,
                 Some(push_tx),

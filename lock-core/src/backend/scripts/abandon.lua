@@ -11,13 +11,28 @@
 -- ARGV[3]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
 -- Returns 1 it held the lock (now released), 0 it did not
+
+-- A command that may meet a value of another type: that error (WRONGTYPE,
+-- or INCR on a string that is not a number) comes back as a table, which the
+-- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
+-- command, instead of passing for a value.
+local function typed(command, ...)
+  local reply = redis.pcall(command, ...)
+  if type(reply) == 'table' and reply.err
+      and not string.find(reply.err, 'WRONGTYPE', 1, true)
+      and not string.find(reply.err, 'not an integer', 1, true) then
+    error(reply.err .. ' (command ' .. command .. ')')
+  end
+  return reply
+end
+
 local held = 0
-local holder = redis.pcall('GET', KEYS[1])
+local holder = typed('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   held = 1
 end
-local placed = redis.pcall('HDEL', KEYS[3], ARGV[1])
+local placed = typed('HDEL', KEYS[3], ARGV[1])
 if type(placed) ~= 'number' then
   placed = 0
 end
@@ -25,7 +40,7 @@ if placed == 1 then
   redis.call('LREM', KEYS[2], 1, ARGV[1])
 end
 if (held == 1 or placed == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
-  local next = redis.pcall('LINDEX', KEYS[2], 0)
+  local next = typed('LINDEX', KEYS[2], 0)
   if type(next) == 'string' then
     redis.call(ARGV[3], ARGV[2], 'next:' .. next)
   elseif held == 1 then

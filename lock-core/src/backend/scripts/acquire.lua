@@ -17,9 +17,24 @@
 --         {0, ms}     not now; look again within ms (-1: no expiry known): the
 --                     lock is held, or kept for the first in line
 --         {-1, i}     KEYS[i] holds a value of another type; nothing was changed
+
+-- A command that may meet a value of another type: that error (WRONGTYPE,
+-- or INCR on a string that is not a number) comes back as a table, which the
+-- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
+-- command, instead of passing for a value.
+local function typed(command, ...)
+  local reply = redis.pcall(command, ...)
+  if type(reply) == 'table' and reply.err
+      and not string.find(reply.err, 'WRONGTYPE', 1, true)
+      and not string.find(reply.err, 'not an integer', 1, true) then
+    error(reply.err .. ' (command ' .. command .. ')')
+  end
+  return reply
+end
+
 local token = ARGV[1]
 
-local head = redis.pcall('LINDEX', KEYS[3], 0)
+local head = typed('LINDEX', KEYS[3], 0)
 if type(head) == 'table' then
   return {-1, 3}
 end
@@ -30,7 +45,7 @@ if head then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   while head do
-    local kept = redis.pcall('HGET', KEYS[4], head)
+    local kept = typed('HGET', KEYS[4], head)
     if type(kept) == 'table' then
       return {-1, 4}
     end
@@ -44,11 +59,11 @@ if head then
 end
 
 local sleep
-if head and head ~= token and redis.pcall('GET', KEYS[1]) == token then
+if head and head ~= token and typed('GET', KEYS[1]) == token then
   -- Ours already: an earlier attempt got through but its reply was lost,
   -- and someone joined the line since. Same lease, same fence.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local fence = redis.pcall('GET', KEYS[2])
+  local fence = typed('GET', KEYS[2])
   if type(fence) == 'table' then
     return {-1, 2}
   end
@@ -64,10 +79,10 @@ elseif head and head ~= token then
 else
   -- The lock is ours if free. (SET NX does not fail on a key of another
   -- type, it just finds the key taken.)
-  local set = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
+  local set = typed('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
   local fence
   if type(set) == 'table' and set.ok then
-    local last = redis.pcall('GET', KEYS[2])
+    local last = typed('GET', KEYS[2])
     if type(last) == 'table' or (last and not tonumber(last)) then
       -- The counter is not a number: undo our own write, change nothing else.
       redis.call('DEL', KEYS[1])
@@ -85,7 +100,7 @@ else
     fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
   else
-    local holder = redis.pcall('GET', KEYS[1])
+    local holder = typed('GET', KEYS[1])
     if type(holder) == 'table' then
       return {-1, 1}
     end
@@ -93,7 +108,7 @@ else
       -- Our own earlier attempt got through but its reply was lost: same
       -- lease, same fence (nobody else can have taken it in between).
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      fence = redis.pcall('GET', KEYS[2])
+      fence = typed('GET', KEYS[2])
       if type(fence) == 'table' then
         return {-1, 2}
       end

@@ -31,7 +31,7 @@ pub(crate) use release::{Released, release};
 pub(crate) use renew::renew;
 
 use super::LockKeys;
-use super::connect::backend_error;
+use super::connect::{ACL_REFUSED, backend_error};
 use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
@@ -74,7 +74,7 @@ impl ScriptError {
     /// The precise [`LockError`], naming `server` (redacted) and the lock.
     pub(crate) fn into_lock_error(self, server: &str, keys: &LockKeys) -> LockError {
         match self {
-            ScriptError::Redis(err) => backend_error(server, err).with_key(&keys.key),
+            ScriptError::Redis(err) => script_backend_error(server, err).with_key(&keys.key),
             ScriptError::WrongType { redis_key } => LockError::WrongType {
                 key: keys.key.clone(),
                 redis_key,
@@ -89,6 +89,79 @@ impl ScriptError {
             ScriptError::WrongType { .. } => None,
         }
     }
+}
+
+/// A failed script call as a [`LockError::Backend`]; an ACL refusal inside
+/// the script names the refused command.
+pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
+    match refused_in_script(&err) {
+        Some(message) => LockError::backend(server, message),
+        None => backend_error(server, err),
+    }
+}
+
+/// Each script's name and source, to explain an error raised inside one.
+fn sources() -> [(&'static str, &'static Script, &'static str); 5] {
+    [
+        ("acquire", &acquire::SCRIPT, include_str!("acquire.lua")),
+        ("release", &release::SCRIPT, include_str!("release.lua")),
+        ("renew", &renew::SCRIPT, include_str!("renew.lua")),
+        ("abandon", &abandon::SCRIPT, include_str!("abandon.lua")),
+        (
+            "raise_fence",
+            &raise_fence::SCRIPT,
+            include_str!("raise_fence.lua"),
+        ),
+    ]
+}
+
+/// Redis refuses a command that a script calls (an ACL user without it)
+/// without naming the command: "The user executing the script can't run
+/// this command or subcommand script: <sha>, on @user_script:<line>." (Redis
+/// 7; 6.2 says "call to f_<sha>" and "@user_script:<line>:"). Name it from
+/// the script's source line, so that the operator knows what to allow.
+fn refused_in_script(err: &RedisError) -> Option<String> {
+    let text = err.to_string();
+    if !text.contains("user executing the script can't") {
+        return None;
+    }
+    let sha = ["call to f_", "script: "].iter().find_map(|marker| {
+        let start = text.find(marker)? + marker.len();
+        text.get(start..start + 40)
+    })?;
+    let line: usize = text
+        .match_indices("@user_script:")
+        .find_map(|(at, marker)| {
+            let rest = text[at + marker.len()..].trim_start();
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })?;
+    let (name, _, source) = sources()
+        .into_iter()
+        .find(|(_, script, _)| script.get_hash() == sha)?;
+    let code = source.lines().nth(line.checked_sub(1)?)?.trim();
+    // `typed(..)` raises with "(command X)"; `redis.call('X', ..)` is on the line.
+    let command = text
+        .split_once("(command ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .or_else(|| {
+            code.split_once("call('")
+                .and_then(|(_, rest)| rest.split_once('\''))
+        })
+        .map(|(command, _)| command.to_owned());
+    let what = if text.contains("publish to the channel") {
+        "publishing to the lock's channel (allow `&<prefix>*`, `&leasehold:*` by default)"
+            .to_owned()
+    } else {
+        match command {
+            Some(command) => format!("command `{command}`"),
+            None => "a command".to_owned(),
+        }
+    };
+    Some(format!(
+        "{ACL_REFUSED}: {what}, called by leasehold's {name} script (line {line}: `{code}`); \
+         see the minimal ACL rule in the README. Redis said: {text}"
+    ))
 }
 
 /// Start an `EVALSHA` of `script` with `keys` keys: append the keys, then

@@ -9,14 +9,29 @@
 -- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
 --
 -- Returns 1 raised (or already that high), 0 not ours, -1 wrong type
-local holder = redis.pcall('GET', KEYS[1])
+
+-- A command that may meet a value of another type: that error (WRONGTYPE,
+-- or INCR on a string that is not a number) comes back as a table, which the
+-- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
+-- command, instead of passing for a value.
+local function typed(command, ...)
+  local reply = redis.pcall(command, ...)
+  if type(reply) == 'table' and reply.err
+      and not string.find(reply.err, 'WRONGTYPE', 1, true)
+      and not string.find(reply.err, 'not an integer', 1, true) then
+    error(reply.err .. ' (command ' .. command .. ')')
+  end
+  return reply
+end
+
+local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return -1
 end
 if holder ~= ARGV[1] then
   return 0
 end
-local current = redis.pcall('GET', KEYS[2])
+local current = typed('GET', KEYS[2])
 if type(current) == 'table' and current.err then
   return -1
 end

@@ -20,7 +20,22 @@
 -- Returns {1, next}   released (next: the first in line, or nil)
 --         {0, nil}    not ours (expired, or another owner's)
 --         {-1, nil}   wrong type
-local holder = redis.pcall('GET', KEYS[1])
+
+-- A command that may meet a value of another type: that error (WRONGTYPE,
+-- or INCR on a string that is not a number) comes back as a table, which the
+-- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
+-- command, instead of passing for a value.
+local function typed(command, ...)
+  local reply = redis.pcall(command, ...)
+  if type(reply) == 'table' and reply.err
+      and not string.find(reply.err, 'WRONGTYPE', 1, true)
+      and not string.find(reply.err, 'not an integer', 1, true) then
+    error(reply.err .. ' (command ' .. command .. ')')
+  end
+  return reply
+end
+
+local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return {-1, false}
 end
@@ -34,7 +49,7 @@ if keep > 0 then
 else
   redis.call('DEL', KEYS[1])
 end
-local next = redis.pcall('LINDEX', KEYS[2], 0)
+local next = typed('LINDEX', KEYS[2], 0)
 if type(next) ~= 'string' then
   redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
   return {1, false}

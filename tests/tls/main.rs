@@ -1,0 +1,378 @@
+//! `rediss://` against a real TLS `redis-server`, with a CA and certificates
+//! the test makes itself (rcgen).
+//!
+//! The facade's `tls` feature is off by default; the facade's
+//! dev-dependency on `leasehold-core` turns the core's `tls` on, so plain
+//! `cargo test --workspace` (CI) builds and runs this file.
+//!
+//! Each server keeps its plain port (the harness checks readiness there) and
+//! listens for TLS on a second free port; the clients only use the TLS one.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::{LockClient, LockError};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use support::{RedisServer, free_port};
+
+const PASSWORD: &str = "tls-s3cret-pw";
+
+/// A CA: its certificate (PEM) and what signs server/client certificates.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().expect("CA key");
+        Ca {
+            issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate"),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf certificate for `names` (DNS names or IPs): (cert PEM, key PEM).
+    fn leaf(&self, names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
+        let params = CertificateParams::new(names).expect("leaf params");
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A fresh directory for one test's PEM files.
+fn pem_dir() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-tls-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create pem dir");
+    dir
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write pem");
+    path.to_string_lossy().into_owned()
+}
+
+/// A redis-server with TLS on `tls_port`, its certificate signed by `ca` for
+/// `localhost` and 127.0.0.1, requiring `PASSWORD`. `client_auth`: whether it
+/// demands a client certificate signed by `ca`.
+struct TlsServer {
+    server: RedisServer,
+    tls_port: u16,
+}
+
+impl TlsServer {
+    fn start(ca: &Ca, client_auth: bool) -> TlsServer {
+        let dir = pem_dir();
+        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
+        let cert = write(&dir, "server.crt", &cert);
+        let key = write(&dir, "server.key", &key);
+        let ca_file = write(&dir, "ca.crt", &ca.pem());
+        let tls_port = free_port().to_string();
+        let auth = if client_auth { "yes" } else { "no" };
+        let server = RedisServer::start_with(&[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca_file,
+            "--tls-auth-clients",
+            auth,
+            "--requirepass",
+            PASSWORD,
+        ]);
+        TlsServer {
+            server,
+            tls_port: tls_port.parse().expect("port"),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("rediss://:{PASSWORD}@127.0.0.1:{}", self.tls_port)
+    }
+}
+
+fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
+    LockClient::builder()
+        .tls_ca(ca.pem())
+        .connect_timeout(Duration::from_secs(2))
+}
+
+fn assert_backend_without_password(err: &LockError, port: u16) {
+    eprintln!("error as users see it: {err}");
+    let text = err.to_string();
+    assert!(
+        matches!(err, LockError::Backend { .. }),
+        "expected LockError::Backend, got {err:?}"
+    );
+    assert!(
+        text.contains(&format!("rediss://:***@127.0.0.1:{port}")),
+        "the error names the server (redacted): {text}"
+    );
+    assert!(!text.contains(PASSWORD), "password leaked: {text}");
+}
+
+/// Acquire, wait for a busy lock (woken by the release over TLS pub/sub),
+/// renew and release, with the test's CA trusted through `tls_ca`.
+#[tokio::test]
+async fn acquire_wait_release_over_tls() {
+    let ca = Ca::new("leasehold test CA");
+    let tls = TlsServer::start(&ca, false);
+    let a = client_builder(&ca)
+        .connect(&tls.url())
+        .await
+        .expect("client a");
+    let b = client_builder(&ca)
+        .connect(&tls.url())
+        .await
+        .expect("client b");
+
+    let held = a
+        .lock("tls:job")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .expect("a acquires over TLS");
+    let first_token = held.fencing_token();
+
+    let waiter = tokio::spawn(async move {
+        let got = b
+            .lock("tls:job")
+            .ttl(Duration::from_secs(5))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await;
+        (got, b)
+    });
+    // Longer than the TTL: the watchdog had to renew over TLS meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(held.is_held(), "renewals over TLS keep the lease");
+    assert!(!waiter.is_finished(), "b waits while a holds the lock");
+    held.release().await.expect("a releases over TLS");
+
+    let (got, _b) = waiter.await.expect("waiter task");
+    let second = got.expect("b acquires after the release");
+    assert!(second.fencing_token() > first_token);
+    second.release().await.expect("b releases");
+    assert!(
+        tls.server.keys("leasehold:*lock").is_empty(),
+        "no lock key is left behind"
+    );
+}
+
+/// With a client certificate (`tls-auth-clients yes`): mutual TLS through
+/// `tls_client_cert`; without one the server refuses the client.
+#[tokio::test]
+async fn mutual_tls_with_a_client_certificate() {
+    let ca = Ca::new("leasehold mTLS CA");
+    let tls = TlsServer::start(&ca, true);
+    let (cert, key) = ca.leaf(&["leasehold-client"]);
+    let client = client_builder(&ca)
+        .tls_client_cert(cert, key)
+        .connect(&tls.url())
+        .await
+        .expect("client with a certificate connects");
+    let guard = client.lock("tls:mtls").acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+
+    let err = client_builder(&ca)
+        .connect(&tls.url())
+        .await
+        .expect_err("no client certificate: refused");
+    assert_backend_without_password(&err, tls.tls_port);
+    assert!(err.to_string().contains("tls_client_cert"), "{err}");
+}
+
+/// Certificates are verified: a server signed by a CA the client does not
+/// trust is refused with a clear error, both with another custom CA and with
+/// the default (web PKI) roots.
+#[tokio::test]
+async fn wrong_ca_is_a_clear_backend_error() {
+    let ca = Ca::new("the server's CA");
+    let other = Ca::new("some other CA");
+    let tls = TlsServer::start(&ca, false);
+
+    let err = client_builder(&other)
+        .connect(&tls.url())
+        .await
+        .expect_err("a server signed by an untrusted CA is refused");
+    assert_backend_without_password(&err, tls.tls_port);
+    let text = err.to_string();
+    assert!(
+        text.contains("certificate") && text.contains("tls_ca"),
+        "the error says the certificate was refused and how to trust a CA: {text}"
+    );
+
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&tls.url())
+        .await
+        .expect_err("default roots do not trust a private CA");
+    assert_backend_without_password(&err, tls.tls_port);
+    assert!(err.to_string().contains("certificate"), "{err}");
+}
+
+/// The certificate must name the host: a certificate for another name,
+/// signed by the trusted CA, is refused.
+#[tokio::test]
+async fn host_name_is_verified() {
+    let ca = Ca::new("leasehold hostname CA");
+    let dir = pem_dir();
+    let (cert, key) = ca.leaf(&["not-this-host.example"]);
+    let cert = write(&dir, "server.crt", &cert);
+    let key = write(&dir, "server.key", &key);
+    let ca_file = write(&dir, "ca.crt", &ca.pem());
+    let tls_port = free_port();
+    let _server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca_file,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let err = client_builder(&ca)
+        .connect(&format!("rediss://127.0.0.1:{tls_port}"))
+        .await
+        .expect_err("a certificate for another host is refused");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+}
+
+/// Nothing listens on the TLS port: a prompt `Backend` error naming the
+/// server without its password (bounded by the connect timeout, not a hang).
+#[tokio::test]
+async fn unreachable_tls_port_is_a_prompt_backend_error() {
+    let ca = Ca::new("leasehold unreachable CA");
+    let port = free_port();
+    let url = format!("rediss://:{PASSWORD}@127.0.0.1:{port}");
+    let started = Instant::now();
+    let err = client_builder(&ca)
+        .connect_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .expect_err("nothing listens there");
+    assert_backend_without_password(&err, port);
+    // Not a speed threshold: the error comes from the connect timeout (1 s,
+    // plus redis-rs's retries), not from waiting forever.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "connect gave up after {:?}",
+        started.elapsed()
+    );
+}
+
+/// A PEM with no certificate is an invalid argument, before any connection.
+#[tokio::test]
+async fn unreadable_ca_is_an_invalid_argument() {
+    let err = LockClient::builder()
+        .tls_ca("not a certificate")
+        .connect("rediss://127.0.0.1:1")
+        .await
+        .expect_err("no certificate in the PEM");
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "tls_ca", .. }),
+        "{err:?}"
+    );
+}
+
+/// Redis Cluster over TLS: every node serves TLS and announces its TLS port
+/// (`tls-cluster yes`), the client trusts the test CA for every node it
+/// discovers; acquire, wait (sharded pub/sub over TLS on Redis 7) and release.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls() {
+    let ca = Ca::new("leasehold cluster CA");
+    let dir = pem_dir();
+    let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
+    let cert = write(&dir, "node.crt", &cert);
+    let key = write(&dir, "node.key", &key);
+    let ca_file = write(&dir, "ca.crt", &ca.pem());
+    let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports = tls_ports.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        support::RedisCluster::start_with(3, |i| {
+            [
+                "--tls-port",
+                &ports[i].to_string(),
+                "--tls-cluster",
+                "yes",
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca_file,
+                "--tls-auth-clients",
+                "no",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+        })
+    })
+    .await
+    .expect("TLS cluster formation");
+    let urls: Vec<String> = tls_ports
+        .iter()
+        .map(|p| format!("rediss://127.0.0.1:{p}"))
+        .collect();
+    let connect = || async {
+        client_builder(&ca)
+            .connect_cluster(&urls)
+            .await
+            .expect("connect to the cluster over TLS")
+    };
+    let (a, b) = (connect().await, connect().await);
+    let held = a
+        .lock("tls:cluster")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .expect("acquire on the TLS cluster");
+    let waiter = tokio::spawn(async move {
+        b.lock("tls:cluster")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(held.is_held(), "renewed over TLS");
+    held.release().await.expect("release");
+    let second = waiter.await.expect("task").expect("b acquires");
+    second.release().await.expect("b releases");
+
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_cluster(&urls)
+        .await
+        .expect_err("a cluster whose CA is not trusted is refused");
+    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("tls_ca"), "{err}");
+    drop(cluster);
+}
