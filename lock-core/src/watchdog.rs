@@ -19,9 +19,11 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Backend, Owned, Renewal, ServerChange};
 use crate::error::LostCause;
+use crate::telemetry;
 
 /// The longest pause between retries after a failed renewal call.
 const MAX_RENEWAL_RETRY_DELAY: Duration = Duration::from_millis(250);
@@ -43,6 +45,8 @@ pub(crate) trait Renewable: Send + Sync {
     fn renewed(&self, sent_at: Instant, renewal: &Renewal);
     /// The server refused it: lost, for `cause`.
     fn refused(&self, cause: LostCause);
+    /// A renewal call including it failed (to be retried).
+    fn renewal_failed(&self) {}
 }
 
 pub(crate) struct Watchdog {
@@ -206,26 +210,43 @@ impl Watchdog {
         if batch.is_empty() {
             return true;
         }
-        match self.backend.renew(&batch).await {
+        let span = telemetry::renew_span(batch.len(), audit);
+        let reply = self.backend.renew(&batch).instrument(span.clone()).await;
+        let _entered = span.enter();
+        let (mut renewed, mut refused) = (0, 0);
+        match reply {
             Ok(outcomes) => {
                 for ((lease, renewal), outcome) in members.iter().zip(&batch).zip(outcomes) {
                     match outcome {
                         Owned::Yes => {
+                            renewed += 1;
                             lease.renewed(now, renewal);
                             if let Some(period) = lease.period() {
                                 self.reschedule(renewal.lease_id, now + period);
                             }
                         }
                         Owned::No | Owned::WrongType => {
+                            refused += 1;
                             let cause = audit.unwrap_or(LostCause::Refused);
-                            tracing::warn!(key = %renewal.keys.key, %cause, "leasehold: lease lost");
+                            let wrong_type = outcome == Owned::WrongType;
+                            let key = &renewal.keys.key;
+                            if audit.is_some() {
+                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: lease not found after a server change");
+                            } else {
+                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: renewal refused");
+                            }
                             lease.refused(cause);
                         }
                     }
                 }
+                telemetry::renew_outcome(&span, renewed, refused, false);
                 true
             }
             Err(error) => {
+                for lease in &members {
+                    lease.renewal_failed();
+                }
+                telemetry::renew_outcome(&span, renewed, refused, true);
                 tracing::warn!(%error, leases = batch.len(), "leasehold: renewal failed, retrying");
                 false
             }

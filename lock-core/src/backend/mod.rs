@@ -33,6 +33,8 @@
 //! The braces make `K` the hash tag, so all of them live in one cluster slot.
 
 pub(crate) mod connect;
+#[cfg(feature = "testing")]
+pub(crate) mod faulty;
 pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
