@@ -53,6 +53,11 @@ pub(crate) struct Watchdog {
     backend: Arc<dyn Backend>,
     state: Mutex<Tracked>,
     wake: Notify,
+    /// Server changes, subscribed when the client was made and updated as
+    /// they are handled: a change announced while the renewer task is not
+    /// running yet (a lease just taken, its task not yet polled) is still
+    /// seen by it.
+    changes: Mutex<Option<watch::Receiver<ServerChange>>>,
 }
 
 #[derive(Default)]
@@ -83,6 +88,7 @@ enum Next {
 impl Watchdog {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Watchdog {
         Watchdog {
+            changes: Mutex::new(backend.changes()),
             backend,
             state: Mutex::default(),
             wake: Notify::new(),
@@ -281,10 +287,11 @@ async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> LostCau
 /// The renewer task of one client.
 async fn run(watchdog: Arc<Watchdog>) {
     let _running = Running(&watchdog);
-    let mut changes = watchdog.backend.changes();
-    if let Some(receiver) = &mut changes {
-        receiver.borrow_and_update();
-    }
+    let mut changes = watchdog
+        .changes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     loop {
         let now = Instant::now();
         let due = match watchdog.next(now) {
@@ -304,6 +311,10 @@ async fn run(watchdog: Arc<Watchdog>) {
                         // The server may have lost data: check every lease now.
                         let all = watchdog.all();
                         watchdog.renew(&all, Instant::now(), Some(cause)).await;
+                        // Handled: a later task does not check again.
+                        changes.clone_into(
+                            &mut watchdog.changes.lock().unwrap_or_else(PoisonError::into_inner),
+                        );
                     }
                 }
                 continue;
