@@ -11,7 +11,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use leasehold::testing::FaultyClient;
@@ -20,7 +20,7 @@ use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::RedisServer;
 
-static TURN: Mutex<()> = Mutex::new(());
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn snapshotter() -> &'static Snapshotter {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
@@ -35,7 +35,10 @@ fn snapshotter() -> &'static Snapshotter {
 }
 
 /// What changed since the last snapshot, by name and sorted labels.
-struct Recorded(HashMap<(MetricKind, String, Vec<(String, String)>), DebugValue>);
+struct Recorded(HashMap<Series, DebugValue>);
+
+/// A series: kind, name and sorted labels.
+type Series = (MetricKind, String, Vec<(String, String)>);
 
 impl Recorded {
     fn take() -> Recorded {
@@ -243,7 +246,7 @@ async fn known_sequence(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_and_fault_kit() {
-    let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
+    let _turn = TURN.lock().await;
     // The shared in-memory store: stealing needs the kit, so the lost
     // renewal is taken from the kit's store below (same backend code).
     let kit = FaultyClient::new();
@@ -280,7 +283,7 @@ async fn in_memory_and_fault_kit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_server() {
-    let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
+    let _turn = TURN.lock().await;
     let server = RedisServer::start();
     let mine = LockClient::connect(&server.url()).await.unwrap();
     let theirs = LockClient::connect(&server.url()).await.unwrap();
@@ -301,7 +304,7 @@ async fn redis_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_label_only_when_opted_in() {
-    let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
+    let _turn = TURN.lock().await;
     let kit = FaultyClient::with_builder(LockClient::builder().metrics_key_label(true));
     let theirs = kit.controls.another_client();
     let controls = kit.controls.clone();
