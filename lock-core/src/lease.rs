@@ -85,7 +85,7 @@ impl Lease {
         settings: LeaseSettings,
         acquired_at: Instant,
     ) -> Arc<Lease> {
-        let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label);
+        let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label, acquired_at);
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,
@@ -304,7 +304,11 @@ impl Lease {
     /// the validity ends.
     pub(crate) async fn give_back(&self) -> Result<(), LockError> {
         let span = telemetry::release_span(&self.keys.key, self.fence);
-        let result = self.give_back_unobserved().instrument(span.clone()).await;
+        let result = if span.is_disabled() {
+            self.give_back_unobserved().await
+        } else {
+            self.give_back_unobserved().instrument(span.clone()).await
+        };
         telemetry::release_outcome(&span, &result);
         match &result {
             Ok(()) => self.metrics.released(),

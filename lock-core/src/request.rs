@@ -166,8 +166,13 @@ impl LockRequest {
             self.ttl,
             self.client.config.metrics_key_label,
         );
-        let span = observed.span().clone();
-        let result = self.acquire_observed(&mut observed).instrument(span).await;
+        // Entering a disabled span on every poll costs too: skip it.
+        let result = if observed.span().is_disabled() {
+            self.acquire_observed(&mut observed).await
+        } else {
+            let span = observed.span().clone();
+            self.acquire_observed(&mut observed).instrument(span).await
+        };
         let outcome = match &result {
             Ok(guard) => AcquireOutcome::Acquired {
                 fence: guard.fencing_token(),

@@ -315,7 +315,8 @@ impl Drop for Acquisition {
 
 /// A held lease as metrics see it: counted in `leasehold_leases_held` from
 /// [`start`](Self::start) until [`end`](Self::end) (released or lost) or
-/// drop, which records `leasehold_hold_seconds`.
+/// drop, which records `leasehold_hold_seconds` (counted from the winning
+/// attempt, like the lease's validity: no clock reading of its own).
 pub(crate) struct LeaseMetrics {
     key: Option<Box<str>>,
     #[cfg(feature = "metrics")]
@@ -325,11 +326,14 @@ pub(crate) struct LeaseMetrics {
 }
 
 impl LeaseMetrics {
-    pub(crate) fn start(key: &str, key_opt_in: bool) -> Self {
+    /// A lease won by the attempt sent at `acquired_at`.
+    pub(crate) fn start(key: &str, key_opt_in: bool, acquired_at: Instant) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = acquired_at;
         let metrics = LeaseMetrics {
             key: key_label(key_opt_in, key),
             #[cfg(feature = "metrics")]
-            since: Instant::now(),
+            since: acquired_at,
             #[cfg(feature = "metrics")]
             open: std::sync::atomic::AtomicBool::new(true),
         };
