@@ -1,10 +1,11 @@
 //! What leasehold tells the outside: `tracing` spans and events, and (with
 //! the `metrics` feature) counters, histograms and gauges through the
 //! `metrics` facade. The names are public contract and listed in
-//! [`crate::observability`]; this module is the one place that spells them.
+//! [`crate::observability`]; this module is the one place that spells them
+//! (tests/metrics.rs and tests/spans.rs check them against the docs).
 //!
 //! Call sites never carry a `#[cfg]`: without the `metrics` feature every
-//! recording function below is an empty `#[inline]` function and the
+//! recording macro below expands to nothing and the
 //! handles ([`LeaseMetrics`], [`Acquisition`]) hold no clock readings.
 //! Spans are created with `debug_span!`, whose cost without a subscriber
 //! (or below DEBUG) is one level check; their fields are recorded only when
@@ -18,22 +19,6 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::error::{LockError, LostCause};
-
-/// Metric names (see [`crate::observability`]).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) mod names {
-    pub(crate) const ACQUIRED: &str = "leasehold_acquired_total";
-    pub(crate) const BUSY: &str = "leasehold_busy_total";
-    pub(crate) const LOST: &str = "leasehold_lost_total";
-    pub(crate) const RENEWAL_FAILURES: &str = "leasehold_renewal_failures_total";
-    pub(crate) const RELEASED: &str = "leasehold_released_total";
-    pub(crate) const ERRORS: &str = "leasehold_errors_total";
-    pub(crate) const ACQUIRE_SECONDS: &str = "leasehold_acquire_seconds";
-    pub(crate) const WAIT_SECONDS: &str = "leasehold_wait_seconds";
-    pub(crate) const HOLD_SECONDS: &str = "leasehold_hold_seconds";
-    pub(crate) const LEASES_HELD: &str = "leasehold_leases_held";
-    pub(crate) const WAITERS: &str = "leasehold_waiters";
-}
 
 /// The `cause` label / field of a lost lease: stable snake_case names.
 pub(crate) fn cause_name(cause: LostCause) -> &'static str {
@@ -67,67 +52,72 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The metric recording functions: real with the `metrics` feature, empty
-/// without. `key` is `Some` only when the client opted into the key label.
+// The metric recording macros: real with the `metrics` feature, nothing
+// without. `$key` is `Some` only when the client opted into the key label.
+// Names are literals so that the `metrics` macros build their keys as
+// statics: no hashing per call when no recorder is installed.
+
 #[cfg(feature = "metrics")]
-mod record {
-    use std::time::Duration;
-
-    pub(super) fn count(name: &'static str, key: Option<&str>) {
-        match key {
-            None => metrics::counter!(name).increment(1),
-            Some(key) => metrics::counter!(name, "key" => key.to_owned()).increment(1),
+macro_rules! count {
+    ($name:literal, $key:expr) => {
+        match $key {
+            None => metrics::counter!($name).increment(1),
+            Some(key) => metrics::counter!($name, "key" => key.to_owned()).increment(1),
         }
-    }
-
-    pub(super) fn count_labelled(
-        name: &'static str,
-        label: &'static str,
-        value: &'static str,
-        key: Option<&str>,
-    ) {
-        match key {
-            None => metrics::counter!(name, label => value).increment(1),
+    };
+    ($name:literal, $label:literal => $value:expr, $key:expr) => {
+        match $key {
+            None => metrics::counter!($name, $label => $value).increment(1),
             Some(key) => {
-                metrics::counter!(name, label => value, "key" => key.to_owned()).increment(1);
+                metrics::counter!($name, $label => $value, "key" => key.to_owned()).increment(1)
             }
         }
-    }
+    };
+}
 
-    pub(super) fn seconds(name: &'static str, key: Option<&str>, value: Duration) {
-        let value = value.as_secs_f64();
-        match key {
-            None => metrics::histogram!(name).record(value),
-            Some(key) => metrics::histogram!(name, "key" => key.to_owned()).record(value),
+#[cfg(feature = "metrics")]
+macro_rules! seconds {
+    ($name:literal, $key:expr, $value:expr) => {{
+        let value = $value.as_secs_f64();
+        match $key {
+            None => metrics::histogram!($name).record(value),
+            Some(key) => metrics::histogram!($name, "key" => key.to_owned()).record(value),
         }
-    }
+    }};
+}
 
-    pub(super) fn gauge(name: &'static str, key: Option<&str>, delta: f64) {
-        match key {
-            None => metrics::gauge!(name).increment(delta),
-            Some(key) => metrics::gauge!(name, "key" => key.to_owned()).increment(delta),
+#[cfg(feature = "metrics")]
+macro_rules! gauge {
+    ($name:literal, $key:expr, $delta:expr) => {
+        match $key {
+            None => metrics::gauge!($name).increment($delta),
+            Some(key) => metrics::gauge!($name, "key" => key.to_owned()).increment($delta),
         }
-    }
+    };
 }
 
 #[cfg(not(feature = "metrics"))]
-mod record {
-    use std::time::Duration;
+macro_rules! count {
+    ($name:literal, $key:expr) => {{
+        let _ = &$key;
+    }};
+    ($name:literal, $label:literal => $value:expr, $key:expr) => {{
+        let _ = (&$value, &$key);
+    }};
+}
 
-    #[inline(always)]
-    pub(super) fn count(_: &'static str, _: Option<&str>) {}
-    #[inline(always)]
-    pub(super) fn count_labelled(
-        _: &'static str,
-        _: &'static str,
-        _: &'static str,
-        _: Option<&str>,
-    ) {
-    }
-    #[inline(always)]
-    pub(super) fn seconds(_: &'static str, _: Option<&str>, _: Duration) {}
-    #[inline(always)]
-    pub(super) fn gauge(_: &'static str, _: Option<&str>, _: f64) {}
+#[cfg(not(feature = "metrics"))]
+macro_rules! seconds {
+    ($name:literal, $key:expr, $value:expr) => {{
+        let _ = (&$key, &$value);
+    }};
+}
+
+#[cfg(not(feature = "metrics"))]
+macro_rules! gauge {
+    ($name:literal, $key:expr, $delta:expr) => {{
+        let _ = (&$key, &$delta);
+    }};
 }
 
 /// Whether metrics are compiled in (clock readings are taken only then, or
@@ -143,7 +133,7 @@ fn key_label(opted_in: bool, key: &str) -> Option<Box<str>> {
 /// One `LockError` returned to the caller (busy has its own counter).
 pub(crate) fn error(error: &LockError, key_labelled: Option<&str>) {
     if !error.is_busy() {
-        record::count_labelled(names::ERRORS, "kind", error_kind(error), key_labelled);
+        count!("leasehold_errors_total", "kind" => error_kind(error), key_labelled);
     }
 }
 
@@ -227,13 +217,13 @@ impl Acquisition {
         }
         if will_wait && !self.waiting {
             self.waiting = true;
-            record::gauge(names::WAITERS, self.key.as_deref(), 1.0);
+            gauge!("leasehold_waiters", self.key.as_deref(), 1.0);
         }
     }
 
     fn stop_waiting(&mut self) {
         if std::mem::take(&mut self.waiting) {
-            record::gauge(names::WAITERS, self.key.as_deref(), -1.0);
+            gauge!("leasehold_waiters", self.key.as_deref(), -1.0);
         }
     }
 
@@ -251,13 +241,13 @@ impl Acquisition {
         let name = match outcome {
             AcquireOutcome::Acquired { .. } if self.reentered => "reentered",
             AcquireOutcome::Acquired { fence } => {
-                record::count(names::ACQUIRED, labelled);
+                count!("leasehold_acquired_total", labelled);
                 if let (Some(started), Some(now)) = (self.started, now) {
-                    record::seconds(names::ACQUIRE_SECONDS, labelled, now - started);
+                    seconds!("leasehold_acquire_seconds", labelled, now - started);
                 }
                 self.span.record("fencing_token", fence);
                 if let Some(waited) = waited {
-                    record::seconds(names::WAIT_SECONDS, labelled, waited);
+                    seconds!("leasehold_wait_seconds", labelled, waited);
                     tracing::debug!(
                         key,
                         attempts = self.attempts,
@@ -270,9 +260,9 @@ impl Acquisition {
             }
             AcquireOutcome::Failed(error) => {
                 if error.is_busy() {
-                    record::count(names::BUSY, labelled);
+                    count!("leasehold_busy_total", labelled);
                     if let Some(waited) = waited.filter(|_| self.attempts > 1) {
-                        record::seconds(names::WAIT_SECONDS, labelled, waited);
+                        seconds!("leasehold_wait_seconds", labelled, waited);
                     }
                     tracing::debug!(
                         key,
@@ -337,7 +327,7 @@ impl LeaseMetrics {
             #[cfg(feature = "metrics")]
             open: std::sync::atomic::AtomicBool::new(true),
         };
-        record::gauge(names::LEASES_HELD, metrics.key.as_deref(), 1.0);
+        gauge!("leasehold_leases_held", metrics.key.as_deref(), 1.0);
         metrics
     }
 
@@ -351,15 +341,15 @@ impl LeaseMetrics {
     pub(crate) fn end(&self) {
         #[cfg(feature = "metrics")]
         if self.open.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            record::gauge(names::LEASES_HELD, self.key(), -1.0);
-            record::seconds(names::HOLD_SECONDS, self.key(), self.since.elapsed());
+            gauge!("leasehold_leases_held", self.key(), -1.0);
+            seconds!("leasehold_hold_seconds", self.key(), self.since.elapsed());
         }
     }
 
     /// The lease was lost.
     pub(crate) fn lost(&self, key: &str, fence: u64, cause: LostCause) {
         self.end();
-        record::count_labelled(names::LOST, "cause", cause_name(cause), self.key());
+        count!("leasehold_lost_total", "cause" => cause_name(cause), self.key());
         tracing::warn!(
             key,
             fencing_token = fence,
@@ -371,12 +361,12 @@ impl LeaseMetrics {
     /// A watchdog renewal of this lease did not succeed (refused, or the
     /// call failed).
     pub(crate) fn renewal_failed(&self) {
-        record::count(names::RENEWAL_FAILURES, self.key());
+        count!("leasehold_renewal_failures_total", self.key());
     }
 
     /// The backend confirmed a release.
     pub(crate) fn released(&self) {
-        record::count(names::RELEASED, self.key());
+        count!("leasehold_released_total", self.key());
     }
 }
 
