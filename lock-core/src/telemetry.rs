@@ -2,7 +2,7 @@
 //! the `metrics` feature) counters, histograms and gauges through the
 //! `metrics` facade. The names are public contract and listed in
 //! [`crate::observability`]; this module is the one place that spells them
-//! (tests/metrics.rs and tests/spans.rs check them against the docs).
+//! (tests/metrics.rs and tests/spans.rs assert the documented names).
 //!
 //! Call sites never carry a `#[cfg]`: without the `metrics` feature every
 //! recording macro below expands to nothing and the
