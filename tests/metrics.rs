@@ -97,12 +97,32 @@ impl Recorded {
         }
     }
 
+    /// Adds what changed since `self` was taken.
+    fn merge(&mut self, later: Recorded) {
+        for (series, value) in later.0 {
+            let merged = match (self.0.remove(&series), value) {
+                (Some(DebugValue::Counter(a)), DebugValue::Counter(b)) => {
+                    DebugValue::Counter(a + b)
+                }
+                (Some(DebugValue::Gauge(a)), DebugValue::Gauge(b)) => {
+                    DebugValue::Gauge((a.into_inner() + b.into_inner()).into())
+                }
+                (Some(DebugValue::Histogram(mut a)), DebugValue::Histogram(b)) => {
+                    a.extend(b);
+                    DebugValue::Histogram(a)
+                }
+                (_, value) => value,
+            };
+            self.0.insert(series, merged);
+        }
+    }
+
     /// Every series name recorded, with its labels.
     fn series(&self) -> Vec<String> {
         let mut all: Vec<String> = self
             .0
-            .keys()
-            .map(|(_, name, labels)| format!("{name}{labels:?}"))
+            .iter()
+            .map(|((_, name, labels), value)| format!("{name}{labels:?}={value:?}"))
             .collect();
         all.sort();
         all
@@ -143,8 +163,17 @@ async fn known_sequence(
                 .await
         }
     });
+    // Until the waiter is in line (it found the lock busy once).
+    let mut now = Recorded::take();
+    for _ in 0..100 {
+        if now.gauge("leasehold_waiters", &l(first)) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        now.merge(Recorded::take());
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let now = Recorded::take();
+    now.merge(Recorded::take());
     assert_eq!(now.counter("leasehold_acquired_total", &l(first)), 1);
     assert_eq!(now.counter("leasehold_busy_total", &l(first)), 1);
     assert_eq!(now.gauge("leasehold_leases_held", &l(first)), 1.0);
@@ -184,7 +213,7 @@ async fn known_sequence(
     // 4. A renewed lease is taken away: its next renewal is refused.
     let renewed = mine
         .lock(stolen)
-        .ttl(Duration::from_millis(600))
+        .ttl(Duration::from_secs(3))
         .renew(true)
         .acquire()
         .await
@@ -194,8 +223,10 @@ async fn known_sequence(
     tokio::time::timeout(Duration::from_secs(5), renewed.lost())
         .await
         .expect("lost at the next renewal");
-    drop(renewed);
-    tokio::time::sleep(Duration::from_millis(100)).await; // the background release
+    assert!(matches!(
+        renewed.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
 
     let now = Recorded::take();
     // Per key when labelled, summed over both keys when not.
@@ -206,12 +237,22 @@ async fn known_sequence(
                 if !extra.0.is_empty() {
                     labels.push(extra);
                 }
-                assert_eq!(now.counter(name, &labels), expected, "{name} {key}");
+                assert_eq!(
+                    now.counter(name, &labels),
+                    expected,
+                    "{name} {key} {extra:?}: {:?}",
+                    now.series()
+                );
             }
         } else {
             let labels = [extra];
             let labels: &[(&str, &str)] = if extra.0.is_empty() { &[] } else { &labels };
-            assert_eq!(now.counter(name, labels), per_key[0] + per_key[1], "{name}");
+            assert_eq!(
+                now.counter(name, labels),
+                per_key[0] + per_key[1],
+                "{name} {extra:?}: {:?}",
+                now.series()
+            );
         }
     };
     let none = ("", "");
@@ -219,8 +260,7 @@ async fn known_sequence(
     counter("leasehold_lost_total", ("cause", "expired"), [1, 0]);
     counter("leasehold_lost_total", ("cause", "refused"), [0, 1]);
     counter("leasehold_renewal_failures_total", none, [0, 1]);
-    // The release of the expired lease, and the background release of the
-    // stolen one's dropped guard.
+    // The releases of the expired lease and of the stolen one.
     counter("leasehold_errors_total", ("kind", "not_held"), [1, 1]);
     counter("leasehold_released_total", none, [0, 0]);
     for key in [expiring, stolen] {

@@ -182,11 +182,13 @@ impl Lease {
             held
         };
         if changed {
-            self.state_changed.notify_waiters();
+            // Recorded before waking anyone: whoever `lost()` wakes sees it
+            // counted (and logged) already.
             match state {
                 State::Lost(cause) => self.metrics.lost(&self.keys.key, self.fence, cause),
                 State::Released | State::Held => self.metrics.end(),
             }
+            self.state_changed.notify_waiters();
         }
         changed
     }
