@@ -89,8 +89,9 @@ impl IntoResponse for PayError {
     }
 }
 
-/// The payment service of one instance.
-struct Payments {
+/// The payment service of one instance. Public, with [`app`], so that the
+/// tests (tests/user_kit.rs) drive the same service with leasehold's fault kit.
+pub struct Payments {
     locks: LockClient,
     payment_time: Duration,
     /// Stands in for the orders table of a database.
@@ -98,6 +99,16 @@ struct Payments {
 }
 
 impl Payments {
+    /// The service, taking its locks through `locks`; a payment takes
+    /// `payment_time`.
+    pub fn new(locks: LockClient, payment_time: Duration) -> Payments {
+        Payments {
+            locks,
+            payment_time,
+            paid: Mutex::default(),
+        }
+    }
+
     /// Pay order `id`, once. The check ("already paid?") and the act (charge,
     /// record) run under the order's lock, on one request of one instance
     /// at a time; a concurrent request gets `Err(PayError::Lock(Busy))`.
@@ -139,7 +150,8 @@ async fn pay(
     outcome.map(Json)
 }
 
-fn app(payments: Arc<Payments>) -> Router {
+/// The HTTP routes.
+pub fn app(payments: Arc<Payments>) -> Router {
     Router::new()
         .route("/orders/{id}/pay", post(pay))
         .with_state(payments)
@@ -180,11 +192,10 @@ fn env_number(name: &str, default: u64) -> u64 {
 async fn main() -> std::io::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let port = u16::try_from(env_number("PORT", 3000)).unwrap_or(3000);
-    let payments = Arc::new(Payments {
-        locks: lock_client(&url).await,
-        payment_time: Duration::from_millis(env_number("PAYMENT_MS", 300)),
-        paid: Mutex::default(),
-    });
+    let payments = Arc::new(Payments::new(
+        lock_client(&url).await,
+        Duration::from_millis(env_number("PAYMENT_MS", 300)),
+    ));
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!(

@@ -72,7 +72,11 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub use leasehold_core::observability;
 pub use leasehold_core::schedule;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub use leasehold_core::testing;
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, LockClient, LockClientBuilder, LockError, LockFallback, LockGuard,
     LockInfo, LockRequest, LostCause, MAX_WAIT, fencing_token, set_global_client,

@@ -494,6 +494,21 @@ impl LockClientBuilder {
         self
     }
 
+    /// Give every metric of this client a `key` label with the lock's key
+    /// (feature `metrics`; default `false`).
+    ///
+    /// **Cardinality warning:** each distinct key becomes its own time
+    /// series in every metric, and series are never forgotten by most
+    /// recorders. Turn it on only when the set of keys is small and fixed
+    /// (a handful of job names), never for keys built from ids
+    /// (`order:<id>`, `user:<id>`). See [`crate::observability`].
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_key_label(mut self, on: bool) -> Self {
+        self.config.metrics_key_label = on;
+        self
+    }
+
     fn check(&self) -> Result<(), LockError> {
         match &self.invalid {
             Some(e) => Err(e.clone()),
@@ -560,6 +575,20 @@ impl LockClientBuilder {
         )
         .await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
+    }
+
+    /// A client over `backend` (the fault kit's); an invalid setting falls
+    /// back to the defaults, with a warning, as in [`in_memory`](Self::in_memory).
+    #[cfg(feature = "testing")]
+    pub(crate) fn over(self, backend: Arc<dyn Backend>) -> LockClient {
+        let builder = match self.check() {
+            Ok(()) => self,
+            Err(error) => {
+                tracing::warn!(%error, "leasehold: invalid builder setting, using the defaults");
+                LockClientBuilder::default()
+            }
+        };
+        LockClient::from_backend(backend, &builder)
     }
 
     /// The embedded backend (see [`LockClient::in_memory`]). An invalid prefix

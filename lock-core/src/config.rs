@@ -36,6 +36,8 @@ pub(crate) struct ClientConfig {
     pub(crate) replica_sync: ReplicaSync,
     /// Who holds a lock, as operators see it.
     pub(crate) name: String,
+    /// Metrics carry a `key` label (feature `metrics`; off by default).
+    pub(crate) metrics_key_label: bool,
 }
 
 impl Default for ClientConfig {
@@ -46,6 +48,7 @@ impl Default for ClientConfig {
             default_ttl: DEFAULT_TTL,
             replica_sync: ReplicaSync::default(),
             name: default_name(),
+            metrics_key_label: false,
         }
     }
 }

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Backend, LockKeys, Owned, Renewal};
 use crate::error::{LockError, LostCause};
 use crate::limits::validate_ttl;
+use crate::telemetry::{self, LeaseMetrics};
 use crate::watchdog::{Renewable, Watchdog};
 
 /// How a lease was asked for.
@@ -32,6 +34,8 @@ pub(crate) struct Issuer {
     pub(crate) client_id: u64,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) watchdog: Arc<Watchdog>,
+    /// Metrics of its leases carry a `key` label.
+    pub(crate) metrics_key_label: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,8 @@ pub(crate) struct Lease {
     /// Signalled when the state leaves `Held` (not on renewals: a waiter in
     /// `lost()` re-reads the deadline when its sleep ends).
     state_changed: Notify,
+    /// Held-lease gauge, hold time, loss and release counters.
+    metrics: LeaseMetrics,
 }
 
 impl Lease {
@@ -79,6 +85,7 @@ impl Lease {
         settings: LeaseSettings,
         acquired_at: Instant,
     ) -> Arc<Lease> {
+        let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label, acquired_at);
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,
@@ -93,6 +100,7 @@ impl Lease {
                 valid_until: acquired_at,
             }),
             state_changed: Notify::new(),
+            metrics,
         });
         lease.status_mut().valid_until = lease.validity_from(acquired_at, settings.ttl);
         let first_due = settings.renew.then(|| acquired_at + lease.renew_period());
@@ -160,10 +168,9 @@ impl Lease {
     /// The lease is gone, for `cause` (first cause wins). The watchdog
     /// drops it at its next look (this may run inside the watchdog's own
     /// bookkeeping, so it must not call back into it).
+    /// Logged (WARN) and counted once, by `leave_held`.
     fn mark_lost(&self, cause: LostCause) {
-        if self.leave_held(State::Lost(cause)) {
-            tracing::warn!(key = %self.keys.key, %cause, "leasehold: lease lost");
-        }
+        self.leave_held(State::Lost(cause));
     }
 
     fn leave_held(&self, state: State) -> bool {
@@ -176,6 +183,12 @@ impl Lease {
             held
         };
         if changed {
+            // Recorded before waking anyone: whoever `lost()` wakes sees it
+            // counted (and logged) already.
+            match state {
+                State::Lost(cause) => self.metrics.lost(&self.keys.key, self.fence, cause),
+                State::Released | State::Held => self.metrics.end(),
+            }
             self.state_changed.notify_waiters();
         }
         changed
@@ -227,6 +240,14 @@ impl Lease {
 
     /// Set the lease to `ttl` from now, if it is still ours.
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        let result = self.extend_unobserved(ttl).await;
+        if let Err(error) = &result {
+            telemetry::error(error, self.metrics.key());
+        }
+        result
+    }
+
+    async fn extend_unobserved(&self, ttl: Duration) -> Result<(), LockError> {
         validate_ttl(ttl)?;
         if self.status().state != State::Held {
             return Err(self.not_held());
@@ -289,6 +310,21 @@ impl Lease {
     /// at acquisition + `at_least`. Retried while the server asks to, until
     /// the validity ends.
     pub(crate) async fn give_back(&self) -> Result<(), LockError> {
+        let span = telemetry::release_span(&self.keys.key, self.fence);
+        let result = if span.is_disabled() {
+            self.give_back_unobserved().await
+        } else {
+            self.give_back_unobserved().instrument(span.clone()).await
+        };
+        telemetry::release_outcome(&span, &result);
+        match &result {
+            Ok(()) => self.metrics.released(),
+            Err(error) => telemetry::error(error, self.metrics.key()),
+        }
+        result
+    }
+
+    async fn give_back_unobserved(&self) -> Result<(), LockError> {
         let was_held = self.leave_held(State::Released);
         self.issuer.watchdog.untrack(self.id);
         let keep = self
@@ -360,7 +396,14 @@ impl Renewable for Lease {
     }
 
     fn refused(&self, cause: LostCause) {
+        if cause == LostCause::Refused {
+            self.metrics.renewal_failed();
+        }
         self.mark_lost(cause);
+    }
+
+    fn renewal_failed(&self) {
+        self.metrics.renewal_failed();
     }
 }
 

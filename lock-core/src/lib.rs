@@ -88,9 +88,14 @@ mod guard;
 mod info;
 mod lease;
 mod limits;
+pub mod observability;
 mod reentrancy;
 mod request;
 pub mod schedule;
+mod telemetry;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod token;
 mod waiting;
 mod watchdog;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys};
@@ -17,6 +18,7 @@ use crate::guard::LockGuard;
 use crate::lease::{Issuer, Lease, LeaseSettings};
 use crate::limits::{MAX_WAIT, validate_key, validate_span, validate_ttl};
 use crate::reentrancy;
+use crate::telemetry::{AcquireOutcome, Acquisition};
 use crate::waiting::Waiter;
 use crate::watchdog::Watchdog;
 
@@ -159,6 +161,31 @@ impl LockRequest {
     /// subscription, no renewal and no re-entry record. Cleanup (one script
     /// call) starts at once in the background.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let mut observed = Acquisition::start(
+            &self.key,
+            self.wait,
+            self.ttl,
+            self.client.config.metrics_key_label,
+        );
+        // Entering a disabled span on every poll costs too: skip it.
+        let result = if observed.span().is_disabled() {
+            self.acquire_observed(&mut observed).await
+        } else {
+            let span = observed.span().clone();
+            self.acquire_observed(&mut observed).instrument(span).await
+        };
+        let outcome = match &result {
+            Ok(guard) => AcquireOutcome::Acquired {
+                fence: guard.fencing_token(),
+            },
+            Err(error) => AcquireOutcome::Failed(error),
+        };
+        observed.finish(&self.key, outcome);
+        result
+    }
+
+    /// [`acquire`](Self::acquire), counting attempts and waits in `observed`.
+    async fn acquire_observed(&self, observed: &mut Acquisition) -> Result<LockGuard, LockError> {
         validate_key(&self.key)?;
         validate_ttl(self.ttl)?;
         if let Some(min) = self.at_least {
@@ -171,13 +198,14 @@ impl LockRequest {
         // Re-entry: an enclosing `run` body of this task holds it.
         if let Some(lease) = reentrancy::find(self.client.config.id, &self.key) {
             lease.enter();
+            observed.reentered();
             return Ok(LockGuard::new(lease));
         }
 
         let token: Arc<str> = crate::token::owner_token(&self.client.config.name)?.into();
         let keys = Arc::new(LockKeys::new(&self.client.config.prefix, &self.key));
         let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
-        let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter).await?;
+        let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;
         }
@@ -185,6 +213,7 @@ impl LockRequest {
             client_id: self.client.config.id,
             backend: self.client.backend.clone(),
             watchdog: self.client.watchdog.clone(),
+            metrics_key_label: self.client.config.metrics_key_label,
         };
         let settings = LeaseSettings {
             ttl: self.ttl,
@@ -277,6 +306,7 @@ impl LockRequest {
     async fn attempt_until_acquired(
         &self,
         waiter: &mut Waiter<'_>,
+        observed: &mut Acquisition,
     ) -> Result<(u64, Instant), LockError> {
         let deadline = Instant::now() + self.wait;
         // With a wait budget, a busy reply also keeps our place in line.
@@ -287,9 +317,11 @@ impl LockRequest {
             // the sleep still wakes us.
             let armed = waiter.arm();
             let sent_at = Instant::now();
+            observed.attempt();
             let sleep_for = match waiter.attempt(self.ttl, in_line).await {
                 Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),
                 Ok(Acquired::Busy { expires_in }) => {
+                    observed.busy(in_line);
                     retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
                     if Instant::now() >= deadline {
                         return Err(LockError::Busy {

@@ -20,9 +20,11 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Backend, Owned, Renewal, ServerChange};
 use crate::error::LostCause;
+use crate::telemetry;
 
 /// The longest pause between retries after a failed renewal call.
 const MAX_RENEWAL_RETRY_DELAY: Duration = Duration::from_millis(250);
@@ -44,6 +46,8 @@ pub(crate) trait Renewable: Send + Sync {
     fn renewed(&self, sent_at: Instant, renewal: &Renewal);
     /// The server refused it: lost, for `cause`.
     fn refused(&self, cause: LostCause);
+    /// A renewal call including it failed (to be retried).
+    fn renewal_failed(&self) {}
 }
 
 pub(crate) struct Watchdog {
@@ -54,6 +58,11 @@ pub(crate) struct Watchdog {
     /// while a later one is pending is lost to that change's cause (it may
     /// have reached the new server before the audit did).
     audited: AtomicU64,
+    /// Server changes, subscribed when the client was made and updated as
+    /// they are handled: a change announced while the renewer task is not
+    /// running yet (a lease just taken, its task not yet polled) is still
+    /// seen by it.
+    changes: Mutex<Option<watch::Receiver<ServerChange>>>,
 }
 
 #[derive(Default)]
@@ -84,6 +93,7 @@ enum Next {
 impl Watchdog {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Watchdog {
         Watchdog {
+            changes: Mutex::new(backend.changes()),
             backend,
             state: Mutex::default(),
             wake: Notify::new(),
@@ -212,17 +222,23 @@ impl Watchdog {
         if batch.is_empty() {
             return true;
         }
-        match self.backend.renew(&batch).await {
+        let span = telemetry::renew_span(batch.len(), audit);
+        let reply = self.backend.renew(&batch).instrument(span.clone()).await;
+        let _entered = span.enter();
+        let (mut renewed, mut refused) = (0, 0);
+        match reply {
             Ok(outcomes) => {
                 for ((lease, renewal), outcome) in members.iter().zip(&batch).zip(outcomes) {
                     match outcome {
                         Owned::Yes => {
+                            renewed += 1;
                             lease.renewed(now, renewal);
                             if let Some(period) = lease.period() {
                                 self.reschedule(renewal.lease_id, now + period);
                             }
                         }
                         Owned::No | Owned::WrongType | Owned::ForceReleased => {
+                            refused += 1;
                             let cause = if outcome == Owned::ForceReleased {
                                 LostCause::ForceReleased
                             } else {
@@ -230,13 +246,25 @@ impl Watchdog {
                                     .or_else(|| self.pending_change())
                                     .unwrap_or(LostCause::Refused)
                             };
+                            let wrong_type = outcome == Owned::WrongType;
+                            let key = &renewal.keys.key;
+                            if audit.is_some() {
+                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: lease not found after a server change");
+                            } else {
+                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: renewal refused");
+                            }
                             lease.refused(cause);
                         }
                     }
                 }
+                telemetry::renew_outcome(&span, renewed, refused, false);
                 true
             }
             Err(error) => {
+                for lease in &members {
+                    lease.renewal_failed();
+                }
+                telemetry::renew_outcome(&span, renewed, refused, true);
                 tracing::warn!(%error, leases = batch.len(), "leasehold: renewal failed, retrying");
                 false
             }
@@ -279,11 +307,13 @@ async fn changed(changes: &mut Option<watch::Receiver<ServerChange>>) -> ServerC
 /// The renewer task of one client.
 async fn run(watchdog: Arc<Watchdog>) {
     let _running = Running(&watchdog);
-    let mut changes = watchdog.backend.changes();
-    if let Some(receiver) = &mut changes {
-        let seen = receiver.borrow_and_update().generation;
-        watchdog.audited.fetch_max(seen, Ordering::AcqRel);
-    }
+    // The receiver kept since the client was made: a change announced
+    // before this task ran is still seen.
+    let mut changes = watchdog
+        .changes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     loop {
         let now = Instant::now();
         let due = match watchdog.next(now) {
@@ -305,6 +335,10 @@ async fn run(watchdog: Arc<Watchdog>) {
                         if watchdog.renew(&all, Instant::now(), Some(change.cause)).await {
                             watchdog.audited.fetch_max(change.generation, Ordering::AcqRel);
                         }
+                        // Handled: a later task does not check again.
+                        changes.clone_into(
+                            &mut watchdog.changes.lock().unwrap_or_else(PoisonError::into_inner),
+                        );
                     }
                 }
                 continue;

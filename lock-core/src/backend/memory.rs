@@ -405,3 +405,48 @@ impl Backend for MemoryBackend {
         "in-memory".to_owned()
     }
 }
+
+/// What the fault kit ([`crate::testing`]) does to a store.
+#[cfg(feature = "testing")]
+impl MemoryBackend {
+    /// A store of its own, shared with no other client.
+    pub(crate) fn isolated() -> Arc<MemoryBackend> {
+        Arc::default()
+    }
+
+    /// Whether the lock named `lock_key` (a Redis name) is held now.
+    pub(crate) fn is_locked(&self, lock_key: &str) -> bool {
+        self.table().live(lock_key, Instant::now()).is_some()
+    }
+
+    /// Give a held lock to `thief`, keeping its expiry: the holder's next
+    /// renewal or release is refused. Returns whether it was held.
+    pub(crate) fn steal(&self, lock_key: &str, thief: &str) -> bool {
+        match self.table().live(lock_key, Instant::now()) {
+            Some(entry) => {
+                thief.clone_into(&mut entry.token);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Let a held lock expire now, as its TTL running out on the server
+    /// would: nobody is told (waiters wake when they would have).
+    /// Returns whether it was held.
+    pub(crate) fn expire(&self, lock_key: &str) -> bool {
+        let mut table = self.table();
+        let held = table.live(lock_key, Instant::now()).is_some();
+        table.locks.remove(lock_key);
+        held
+    }
+
+    /// Forget everything, as a server restarted without persistence.
+    pub(crate) fn clear(&self) {
+        let mut table = self.table();
+        table.locks.clear();
+        table.fences.clear();
+        table.lines.clear();
+        table.size_after_sweep = 0;
+    }
+}

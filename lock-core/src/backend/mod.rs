@@ -34,6 +34,8 @@
 //! The braces make `K` the hash tag, so all of them live in one cluster slot.
 
 pub(crate) mod connect;
+#[cfg(feature = "testing")]
+pub(crate) mod faulty;
 pub(crate) mod glob;
 pub(crate) mod listener;
 pub(crate) mod memory;

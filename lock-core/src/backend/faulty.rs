@@ -1,0 +1,179 @@
+//! The fault kit's backend ([`crate::testing`]): an in-memory store of its
+//! own, wrapped so that a test can make it slow, unavailable or restarted,
+//! and take a lease away from its holder (stolen, expired).
+//!
+//! Every delay is a `tokio::time::sleep`, so it honours a paused clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::memory::MemoryBackend;
+use super::wakeups::Wakeups;
+use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, ServerChange};
+use crate::error::{LockError, LostCause};
+
+/// How the backend names itself in errors.
+pub(crate) const DESCRIPTION: &str = "faulty in-memory (leasehold::testing)";
+
+/// The faults in force.
+#[derive(Debug, Default, Clone, Copy)]
+struct Faults {
+    unavailable: bool,
+    delay: Duration,
+}
+
+/// An isolated in-memory store behind injectable faults.
+pub(crate) struct FaultyBackend {
+    store: Arc<MemoryBackend>,
+    faults: Mutex<Faults>,
+    changes: watch::Sender<ServerChange>,
+    calls: AtomicU64,
+}
+
+impl FaultyBackend {
+    pub(crate) fn new() -> FaultyBackend {
+        FaultyBackend {
+            store: MemoryBackend::isolated(),
+            faults: Mutex::default(),
+            changes: watch::Sender::new(ServerChange::default()),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        // Every update is a single field write.
+        self.faults.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn set_unavailable(&self, on: bool) {
+        self.faults().unavailable = on;
+    }
+
+    pub(crate) fn set_delay(&self, delay: Duration) {
+        self.faults().delay = delay;
+    }
+
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn store(&self) -> &MemoryBackend {
+        &self.store
+    }
+
+    /// The store forgets everything and says so, as a server restarted
+    /// without persistence: every held lease is checked at once.
+    pub(crate) fn restart(&self) {
+        self.store.clear();
+        self.changes.send_modify(|change| {
+            change.generation += 1;
+            change.cause = LostCause::Restarted;
+        });
+        self.store.wakeups().wake_all();
+    }
+
+    /// What every call goes through first: the delay, then the outage.
+    async fn enter(&self) -> Result<(), LockError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let delay = self.faults().delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if self.faults().unavailable {
+            return Err(LockError::Backend {
+                server: DESCRIPTION.to_owned(),
+                key: None,
+                message: "unavailable (fault injected by FaultControls::set_unavailable)"
+                    .to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Backend for FaultyBackend {
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        ttl: Duration,
+        in_line: bool,
+    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.store.acquire(keys, token, ttl, in_line).await
+        })
+    }
+
+    fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // Unreachable: the traces lapse by themselves, as on Redis.
+            if self.enter().await.is_ok() {
+                self.store.abandon(keys, token).await;
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        token: &'a str,
+        keep: Duration,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.store.release(keys, token, keep, deadline).await
+        })
+    }
+
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.store.renew(batch).await
+        })
+    }
+
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.store.listen(keys).await
+        })
+    }
+
+    fn unlisten(&self, keys: &LockKeys) {
+        self.store.unlisten(keys);
+    }
+
+    fn sync_replicas<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        replicas: usize,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.store.sync_replicas(keys, replicas, timeout).await
+        })
+    }
+
+    fn wakeups(&self) -> &Wakeups {
+        self.store.wakeups()
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<ServerChange>> {
+        Some(self.changes.subscribe())
+    }
+
+    fn drift(&self, ttl: Duration) -> Duration {
+        self.store.drift(ttl)
+    }
+
+    fn describe(&self) -> String {
+        DESCRIPTION.to_owned()
+    }
+}
