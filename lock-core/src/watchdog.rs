@@ -153,12 +153,14 @@ impl Watchdog {
         self.state().leases.remove(&id);
     }
 
-    /// The leases due now (within half a period, so that neighbours share
-    /// a batch), or when to look next.
+    /// What to do now. Nothing is renewed before the earliest lease falls
+    /// due; then every lease due within half a period after it joins the
+    /// batch (renewed a little early), so that leases taken over a stretch
+    /// of time settle into one batch per period instead of a trickle.
     fn next(&self, now: Instant) -> Next {
         let mut state = self.state();
-        let mut due = Vec::new();
-        let mut next = None::<Instant>;
+        let mut candidates = Vec::new();
+        let mut earliest = None::<Instant>;
         state.leases.retain(|_, entry| {
             let Some(lease) = entry.lease.upgrade() else {
                 return false;
@@ -167,11 +169,8 @@ impl Watchdog {
                 return false;
             }
             if let (Some(at), Some(period)) = (entry.next_due, lease.period()) {
-                if at <= now + period / 2 {
-                    due.push(lease);
-                } else {
-                    next = Some(next.map_or(at, |n| n.min(at)));
-                }
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                candidates.push((at, period, lease));
             }
             true
         });
@@ -180,12 +179,21 @@ impl Watchdog {
             state.sleeping_until = None;
             return Next::Stop;
         }
-        if !due.is_empty() {
-            state.sleeping_until = None;
-            return Next::Renew(due);
+        match earliest {
+            Some(first) if first <= now => {
+                let due = candidates
+                    .into_iter()
+                    .filter(|(at, period, _)| *at <= now + *period / 2)
+                    .map(|(_, _, lease)| lease)
+                    .collect();
+                state.sleeping_until = None;
+                Next::Renew(due)
+            }
+            later => {
+                state.sleeping_until = later;
+                Next::Sleep(later)
+            }
         }
-        state.sleeping_until = next;
-        Next::Sleep(next)
     }
 
     /// Every tracked lease, for an audit.
