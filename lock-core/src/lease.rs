@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Backend, LockKeys, Owned, Renewal};
+use crate::backend::{Backend, GiveBack, LockKeys, Owned, Renewal};
 use crate::error::{LockError, LostCause};
 use crate::limits::validate_ttl;
 use crate::telemetry::{self, LeaseMetrics};
@@ -336,7 +336,12 @@ impl Lease {
         let outcome = self
             .issuer
             .backend
-            .release(&self.keys, &self.token, keep, deadline)
+            .release(GiveBack {
+                keys: &self.keys,
+                token: &self.token,
+                keep,
+                deadline,
+            })
             .await
             .map_err(|e| e.with_key(&self.keys.key))?;
         match outcome {

@@ -38,7 +38,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::backend::connect::is_acl_refusal;
-use crate::backend::{Acquired, Backend, LockKeys, abandon_in_background};
+use crate::backend::{Acquired, Attempt, Backend, LockKeys, abandon_in_background};
 use crate::error::LockError;
 
 /// One acquisition in progress.
@@ -81,7 +81,12 @@ impl<'a> Waiter<'a> {
         self.traces = true;
         let reply = self
             .backend
-            .acquire(self.keys, self.token, ttl, in_line)
+            .acquire(Attempt {
+                keys: self.keys,
+                token: self.token,
+                ttl,
+                in_line,
+            })
             .await;
         if matches!(reply, Ok(Acquired::Busy { .. }))
             && !in_line

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::memory::MemoryBackend;
 use super::wakeups::Wakeups;
-use super::{Acquired, Backend, BoxFuture, LockKeys, Owned, Renewal, ServerChange};
+use super::{
+    Acquired, Attempt, Backend, BoxFuture, GiveBack, LockKeys, Owned, Renewal, Reply, ServerChange,
+};
 use crate::error::{LockError, LostCause};
 
 /// How the backend names itself in errors.
@@ -96,16 +97,10 @@ impl FaultyBackend {
 }
 
 impl Backend for FaultyBackend {
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        ttl: Duration,
-        in_line: bool,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+    fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         Box::pin(async move {
             self.enter().await?;
-            self.store.acquire(keys, token, ttl, in_line).await
+            self.store.acquire(attempt).await
         })
     }
 
@@ -118,27 +113,21 @@ impl Backend for FaultyBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        keep: Duration,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
         Box::pin(async move {
             self.enter().await?;
-            self.store.release(keys, token, keep, deadline).await
+            self.store.release(giving).await
         })
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
             self.enter().await?;
             self.store.renew(batch).await
         })
     }
 
-    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()> {
         Box::pin(async move {
             self.enter().await?;
             self.store.listen(keys).await
@@ -154,7 +143,7 @@ impl Backend for FaultyBackend {
         keys: &'a LockKeys,
         replicas: usize,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
+    ) -> Reply<'a, usize> {
         Box::pin(async move {
             self.enter().await?;
             self.store.sync_replicas(keys, replicas, timeout).await

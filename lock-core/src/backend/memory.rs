@@ -14,10 +14,9 @@ use tokio::time::Instant;
 
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE, Renewal,
-    glob, key_of_lock_name,
+    Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, GiveBack, Inspected, LockKeys, Owned,
+    PLACE_GRACE, Renewal, Reply, glob, key_of_lock_name,
 };
-use crate::error::LockError;
 
 /// The shortest time an operator's release is remembered for the old
 /// holder's next renewal (as `force_release.lua`).
@@ -320,13 +319,8 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        ttl: Duration,
-        in_line: bool,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+    fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
+        let (keys, token, ttl, in_line) = attempt.parts();
         let outcome = self.acquire_now(keys, token, ttl, in_line);
         Box::pin(async move { Ok(outcome) })
     }
@@ -336,45 +330,33 @@ impl Backend for MemoryBackend {
         Box::pin(async {})
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        keep: Duration,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, _) = giving.parts();
         let outcome = self.release_now(keys, token, keep);
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         let outcome = self.renew_now(batch);
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn inspect<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+    fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
         let outcome = self.inspect_now(keys);
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+    fn list<'a>(&'a self, prefix: &'a str, pattern: &'a str) -> Reply<'a, Vec<Inspected>> {
         let outcome = self.list_now(prefix, pattern);
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, bool> {
         let outcome = self.force_release_now(keys);
         Box::pin(async move { Ok(outcome) })
     }
 
-    fn listen<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn listen<'a>(&'a self, _keys: &'a LockKeys) -> Reply<'a, ()> {
         // Releases wake `wakeups` directly: nothing to subscribe to.
         Box::pin(async { Ok(()) })
     }
@@ -386,7 +368,7 @@ impl Backend for MemoryBackend {
         _keys: &'a LockKeys,
         replicas: usize,
         _timeout: Duration,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
+    ) -> Reply<'a, usize> {
         // Nothing to replicate: an in-process lease is as durable as the
         // process, which is what a synced acquisition asks for.
         Box::pin(async move { Ok(replicas) })

@@ -70,6 +70,48 @@ pub(crate) const PLACE_GRACE: Duration = Duration::from_secs(2);
 /// A boxed, `Send` future: backends are used as `dyn Backend`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What a backend operation answers, later.
+pub(crate) type Reply<'a, T> = BoxFuture<'a, Result<T, LockError>>;
+
+/// One acquisition attempt, as a backend sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The acquisition's owner token.
+    pub(crate) token: &'a str,
+    /// The lease asked for.
+    pub(crate) ttl: Duration,
+    /// Keep (or take) a place in the lock's line if it is busy.
+    pub(crate) in_line: bool,
+}
+
+impl<'a> Attempt<'a> {
+    /// Keys, token, TTL, in line.
+    pub(crate) fn parts(self) -> (&'a LockKeys, &'a str, Duration, bool) {
+        (self.keys, self.token, self.ttl, self.in_line)
+    }
+}
+
+/// A lease given back, as a backend sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GiveBack<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The holder's owner token.
+    pub(crate) token: &'a str,
+    /// Zero: delete now; otherwise let the key expire after this long
+    /// (`at_least`).
+    pub(crate) keep: Duration,
+    /// Retry while the server asks to, until then (the lease's validity).
+    pub(crate) deadline: Instant,
+}
+
+impl<'a> GiveBack<'a> {
+    /// Keys, token, keep, deadline.
+    pub(crate) fn parts(self) -> (&'a LockKeys, &'a str, Duration, Instant) {
+        (self.keys, self.token, self.keep, self.deadline)
+    }
+}
+
 /// The Redis names of one lock (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
@@ -231,13 +273,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Take the lock for `ttl` if it is free and nobody waits in line before
     /// us (or it is already ours with this token). With `in_line`, a busy
     /// reply keeps (or takes) the caller's place in the lock's line.
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        ttl: Duration,
-        in_line: bool,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>>;
+    fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired>;
 
     /// The acquisition `token` is given up (its wait ran out, it failed, or
     /// its future was dropped): remove its lock if an attempt got it, and its
@@ -251,23 +287,17 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ///
     /// A release the server asks to retry (a reconnect, `TRYAGAIN` while a
     /// slot migrates) is retried until it lands or `deadline` passes.
-    fn release<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        keep: Duration,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Owned, LockError>>;
+    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned>;
 
     /// Reset the expiry of each lease that is still ours to its `ttl`, in as
     /// few round trips as the backend allows. One result per item, in order.
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>>;
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>>;
 
     /// Make sure release announcements for this lock reach
     /// [`Backend::wakeups`] (subscribe if this is the first waiter).
     /// Resolves once they will. Every call is matched by one
     /// [`Backend::unlisten`], also when the future is dropped unfinished.
-    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>>;
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()>;
 
     /// One waiter fewer listens for this lock.
     fn unlisten(&self, keys: &LockKeys);
@@ -279,7 +309,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         _keys: &'a LockKeys,
         _replicas: usize,
         _timeout: Duration,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
+    ) -> Reply<'a, usize> {
         let backend = self.describe();
         Box::pin(async move {
             Err(LockError::invalid(
@@ -290,21 +320,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 
     /// The lock as it is now, read in one atomic step; `None` when free.
-    fn inspect<'a>(
-        &'a self,
-        _keys: &'a LockKeys,
-    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+    fn inspect<'a>(&'a self, _keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
         let backend = self.describe();
         Box::pin(async move { Err(not_available("inspect", &backend)) })
     }
 
     /// Every held lock under `prefix` whose key matches the glob `pattern`
     /// (Redis glob syntax), found by `SCAN` (never `KEYS`), in no order.
-    fn list<'a>(
-        &'a self,
-        _prefix: &'a str,
-        _pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+    fn list<'a>(&'a self, _prefix: &'a str, _pattern: &'a str) -> Reply<'a, Vec<Inspected>> {
         let backend = self.describe();
         Box::pin(async move { Err(not_available("list", &backend)) })
     }
@@ -312,7 +335,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// An operator's release: delete the lock whoever holds it, wake the
     /// next waiter, and make the old holder's next renewal answer
     /// [`Owned::ForceReleased`]. Returns whether it was held.
-    fn force_release<'a>(&'a self, _keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+    fn force_release<'a>(&'a self, _keys: &'a LockKeys) -> Reply<'a, bool> {
         let backend = self.describe();
         Box::pin(async move { Err(not_available("force_release", &backend)) })
     }

@@ -38,7 +38,9 @@ use super::redis::gate::GatePolicy;
 use super::redis::server::{Server, ServerBackend};
 use super::scripts;
 use super::wakeups::{Announcement, Wakeups};
-use super::{Acquired, Backend, BoxFuture, Inspected, LockKeys, Owned, Renewal};
+use super::{
+    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+};
 use crate::error::LockError;
 
 /// How long an attempt whose outcome is settled still listens for the
@@ -252,13 +254,8 @@ impl RedlockBackend {
 }
 
 impl Backend for RedlockBackend {
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        ttl: Duration,
-        _in_line: bool,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+    fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
+        let (keys, token, ttl, _) = attempt.parts();
         Box::pin(async move {
             let started = Instant::now();
             let timeout = self.node_timeout(ttl);
@@ -270,8 +267,15 @@ impl Backend for RedlockBackend {
                     // No line across masters: each would keep its own
                     // order. A node whose gate is closed (restarted
                     // recently) answers busy: it gives no vote.
-                    let asked =
-                        tokio::time::timeout(timeout, node.acquire(keys, token, ttl, false));
+                    let asked = tokio::time::timeout(
+                        timeout,
+                        node.acquire(Attempt {
+                            keys,
+                            token,
+                            ttl,
+                            in_line: false,
+                        }),
+                    );
                     let reply = match asked.await {
                         Ok(reply) => reply,
                         Err(_) => Err(LockError::backend(
@@ -375,13 +379,8 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        keep: Duration,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, deadline) = giving.parts();
         Box::pin(async move {
             let replies = self
                 .on_all(self.response_timeout, |node| async move {
@@ -403,7 +402,7 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
             let ttl = batch
                 .iter()
@@ -435,7 +434,7 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()> {
         Box::pin(async move {
             let timeout = self.response_timeout;
             let mut replies: FuturesUnordered<_> = self
@@ -474,18 +473,11 @@ impl Backend for RedlockBackend {
         }
     }
 
-    fn inspect<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+    fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
         Box::pin(self.inspect_majority(keys))
     }
 
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+    fn list<'a>(&'a self, prefix: &'a str, pattern: &'a str) -> Reply<'a, Vec<Inspected>> {
         Box::pin(async move {
             // SCAN every master; a lock held by a majority is on each of them.
             let scans = self
@@ -520,7 +512,7 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, bool> {
         Box::pin(async move {
             let replies = self
                 .on_all(self.response_timeout, |node| {

@@ -271,6 +271,10 @@ impl Topology for Cluster {
         if self.sharded { "SPUBLISH" } else { "PUBLISH" }
     }
 
+    fn waits_for_replicas(&self) -> bool {
+        false
+    }
+
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
         Box::pin(self.renew_by_slot(batch))
     }

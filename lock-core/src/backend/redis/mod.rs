@@ -39,8 +39,8 @@ use super::listener::{Listener, Running};
 use super::scripts::{self, ScriptError};
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Backend, BoxFuture, Inspected, LockKeys, Owned, Renewal, SCAN_COUNT, ServerChange,
-    key_of_lock_name, lock_glob,
+    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
 };
 use crate::error::LockError;
 pub(crate) use gate::Gate;
@@ -57,8 +57,10 @@ pub(crate) trait Topology: Send + Sync + 'static {
     /// The command connection (a cheap clone of a multiplexed connection).
     fn connection(&self) -> Self::Conn;
 
-    /// The command announcing releases: `PUBLISH`, or `SPUBLISH`.
-    fn publish(&self) -> &'static str;
+    /// The command announcing releases: `PUBLISH`, or `SPUBLISH` (Cluster).
+    fn publish(&self) -> &'static str {
+        "PUBLISH"
+    }
 
     /// Renew a batch in as few round trips as possible.
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
@@ -79,15 +81,12 @@ pub(crate) trait Topology: Send + Sync + 'static {
     }
 
     /// Start the listener task on a new pub/sub connection.
-    fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>>;
+    fn start_listener(&self, wakeups: Arc<Wakeups>) -> Reply<'_, Running>;
 
-    /// Redis `WAIT`: how many replicas acknowledged the writes so far.
-    fn sync_replicas(
-        &self,
-        _replicas: usize,
-        _timeout: Duration,
-    ) -> Option<BoxFuture<'_, Result<usize, LockError>>> {
-        None
+    /// Whether `WAIT` applies (one primary behind the connection): Redis
+    /// Cluster refuses a synced acquisition instead.
+    fn waits_for_replicas(&self) -> bool {
+        true
     }
 }
 
@@ -282,13 +281,8 @@ impl<T: Topology> RedisBackend<T> {
 }
 
 impl<T: Topology> Backend for RedisBackend<T> {
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        ttl: Duration,
-        in_line: bool,
-    ) -> BoxFuture<'a, Result<Acquired, LockError>> {
+    fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
+        let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
@@ -356,13 +350,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-        token: &'a str,
-        keep: Duration,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Owned, LockError>> {
+    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, deadline) = giving.parts();
         Box::pin(async move {
             let released = self.release_script(keys, token, keep, deadline).await?;
             if released.owned == Owned::Yes {
@@ -378,22 +367,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, LockError>> {
+    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(self.renew_script(batch))
     }
 
-    fn inspect<'a>(
-        &'a self,
-        keys: &'a LockKeys,
-    ) -> BoxFuture<'a, Result<Option<Inspected>, LockError>> {
+    fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
         Box::pin(self.inspect_script(keys))
     }
 
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Inspected>, LockError>> {
+    fn list<'a>(&'a self, prefix: &'a str, pattern: &'a str) -> Reply<'a, Vec<Inspected>> {
         Box::pin(async move {
             use futures_util::StreamExt;
             let keys = self.scan_lock_keys(prefix, pattern).await?;
@@ -407,11 +389,11 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
-    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<bool, LockError>> {
+    fn force_release<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, bool> {
         Box::pin(async move { Ok(self.force_release_script(keys).await?.is_some()) })
     }
 
-    fn listen<'a>(&'a self, keys: &'a LockKeys) -> BoxFuture<'a, Result<(), LockError>> {
+    fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()> {
         Box::pin(self.listener.listen(&keys.channel, || {
             self.topology.start_listener(self.listener.wakeups.clone())
         }))
@@ -426,19 +408,22 @@ impl<T: Topology> Backend for RedisBackend<T> {
         _keys: &'a LockKeys,
         replicas: usize,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
-        match self.topology.sync_replicas(replicas, timeout) {
-            Some(waiting) => waiting,
-            None => {
-                let server = self.server.clone();
-                Box::pin(async move {
-                    Err(LockError::invalid(
-                        "replica_sync",
-                        format!("replica sync is not available on {server}"),
-                    ))
-                })
-            }
+    ) -> Reply<'a, usize> {
+        if self.topology.waits_for_replicas() {
+            return Box::pin(wait_for_replicas(
+                self.topology.connection(),
+                &self.server,
+                replicas,
+                timeout,
+            ));
         }
+        let server = self.server.clone();
+        Box::pin(async move {
+            Err(LockError::invalid(
+                "replica_sync",
+                format!("replica sync is not available on {server}"),
+            ))
+        })
     }
 
     fn wakeups(&self) -> &Wakeups {
@@ -452,4 +437,21 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn describe(&self) -> String {
         self.server.clone()
     }
+}
+
+/// Redis `WAIT` on `con`: how many replicas acknowledged the writes made on
+/// it so far (the acquisition was sent on it just before), within `timeout`.
+async fn wait_for_replicas<C: ConnectionLike>(
+    mut con: C,
+    server: &str,
+    replicas: usize,
+    timeout: Duration,
+) -> Result<usize, LockError> {
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(super::connect::millis(timeout))
+        .query_async(&mut con)
+        .await
+        .map_err(|e| super::connect::backend_error(server, e))?;
+    Ok(usize::try_from(acked).unwrap_or(0))
 }

@@ -40,7 +40,7 @@ use super::gate::{Gate, GatePolicy};
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, millis, within_connect_timeout,
+    Address, ConnectOptions, backend_error, connect_manager, within_connect_timeout,
 };
 use crate::backend::listener::{PubSubConnection, Running};
 use crate::backend::wakeups::Wakeups;
@@ -639,10 +639,6 @@ impl Topology for Sentinel {
         }
     }
 
-    fn publish(&self) -> &'static str {
-        "PUBLISH"
-    }
-
     fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>> {
         Box::pin(async move {
             let address = self.shared.current().address.clone();
@@ -679,25 +675,6 @@ impl Topology for Sentinel {
                 wakeups,
             ))
         })
-    }
-
-    fn sync_replicas(
-        &self,
-        replicas: usize,
-        timeout: Duration,
-    ) -> Option<BoxFuture<'_, Result<usize, LockError>>> {
-        Some(Box::pin(async move {
-            // WAIT covers the writes of this connection: the acquisition was
-            // sent on it just before.
-            let mut con = self.connection();
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(millis(timeout))
-                .query_async(&mut con)
-                .await
-                .map_err(|e| backend_error(&self.shared.shown, e))?;
-            Ok(usize::try_from(acked).unwrap_or(0))
-        }))
     }
 }
 

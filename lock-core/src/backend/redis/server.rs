@@ -19,8 +19,7 @@ use super::gate::{Gate, GatePolicy};
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, manager_config, millis,
-    within_connect_timeout,
+    Address, ConnectOptions, backend_error, connect_manager, manager_config, within_connect_timeout,
 };
 use crate::backend::listener::Running;
 use crate::backend::wakeups::Wakeups;
@@ -191,10 +190,6 @@ impl Topology for Server {
         self.conn.clone()
     }
 
-    fn publish(&self) -> &'static str {
-        "PUBLISH"
-    }
-
     fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>> {
         Box::pin(async move {
             let (push_tx, push_rx) = mpsc::unbounded_channel();
@@ -213,24 +208,5 @@ impl Topology for Server {
                 wakeups,
             ))
         })
-    }
-
-    fn sync_replicas(
-        &self,
-        replicas: usize,
-        timeout: Duration,
-    ) -> Option<BoxFuture<'_, Result<usize, LockError>>> {
-        Some(Box::pin(async move {
-            // WAIT covers the writes of this connection: the acquisition was
-            // sent on it just before.
-            let mut con = self.conn.clone();
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(millis(timeout))
-                .query_async(&mut con)
-                .await
-                .map_err(|e| backend_error(&self.address.shown, e))?;
-            Ok(usize::try_from(acked).unwrap_or(0))
-        }))
     }
 }

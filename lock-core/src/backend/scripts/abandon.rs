@@ -6,7 +6,12 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 
-pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("abandon.lua")));
+pub(super) static SCRIPT: Lua = Lua::new(|| {
+    redis::Script::new(concat!(
+        include_str!("typed.lua"),
+        include_str!("abandon.lua")
+    ))
+});
 
 /// Remove every trace of the acquisition `token`: its lock (if an attempt
 /// whose reply never came got it) and its place in line, telling the next

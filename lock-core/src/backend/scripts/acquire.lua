@@ -18,20 +18,6 @@
 --                     lock is held, or kept for the first in line
 --         {-1, i}     KEYS[i] holds a value of another type; nothing was changed
 
--- A command that may meet a value of another type: that error (WRONGTYPE,
--- or INCR on a string that is not a number) comes back as a table, which the
--- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
--- command, instead of passing for a value.
-local function typed(command, ...)
-  local reply = redis.pcall(command, ...)
-  if type(reply) == 'table' and reply.err
-      and not string.find(reply.err, 'WRONGTYPE', 1, true)
-      and not string.find(reply.err, 'not an integer', 1, true) then
-    error(reply.err .. ' (command ' .. command .. ')')
-  end
-  return reply
-end
-
 local token = ARGV[1]
 
 local head = typed('LINDEX', KEYS[3], 0)

@@ -8,7 +8,12 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("release.lua")));
+pub(super) static SCRIPT: Lua = Lua::new(|| {
+    redis::Script::new(concat!(
+        include_str!("typed.lua"),
+        include_str!("release.lua")
+    ))
+});
 
 /// What `release.lua` did.
 #[derive(Debug)]

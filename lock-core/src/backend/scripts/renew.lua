@@ -10,20 +10,6 @@
 -- marker `<lock key without :lock>:forced` holding this token; it shares the
 -- lock's hash tag, so the same slot, and is read only on this failure path)
 
--- A command that may meet a value of another type: that error (WRONGTYPE,
--- or INCR on a string that is not a number) comes back as a table, which the
--- caller reports. Any other error (an ACL refusal, OOM) is raised, naming the
--- command, instead of passing for a value.
-local function typed(command, ...)
-  local reply = redis.pcall(command, ...)
-  if type(reply) == 'table' and reply.err
-      and not string.find(reply.err, 'WRONGTYPE', 1, true)
-      and not string.find(reply.err, 'not an integer', 1, true) then
-    error(reply.err .. ' (command ' .. command .. ')')
-  end
-  return reply
-end
-
 local result = {}
 for i = 1, #KEYS do
   local holder = typed('GET', KEYS[i])

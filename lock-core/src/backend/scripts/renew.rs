@@ -6,7 +6,12 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("renew.lua")));
+pub(super) static SCRIPT: Lua = Lua::new(|| {
+    redis::Script::new(concat!(
+        include_str!("typed.lua"),
+        include_str!("renew.lua")
+    ))
+});
 
 /// Leases per script call: large enough that 10,000 leases cost a handful of
 /// calls, small enough that one call stays well under a millisecond of
