@@ -1,4 +1,4 @@
-//! The shape promised by SPEC.md: auto traits, and the signatures outside
+//! The public API shape (README, crate docs): auto traits, and the signatures outside
 //! code compiles against.
 
 use std::future::Future;

@@ -1,4 +1,6 @@
-//! SPEC semantics 1–7 and 10, on every backend.
+//! The guarantees of README and the crate docs (owner tokens, atomicity,
+//! validity, reentrancy, watchdog, waiting, fencing, explicit failure), on
+//! every backend.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -229,7 +231,7 @@ async fn reentry_shares_the_lease_and_only_the_last_release_releases(fx: Fixture
     assert!(next.fencing_token() > 0);
 }
 
-/// SPEC 12: a guard handed to another task is that task's. The dispatcher
+/// Re-entry only for the holder: a guard handed to another task is that task's. The dispatcher
 /// that acquired it and handed it to a worker must wait for the worker's
 /// release, not re-enter: no two workers ever hold `jobs` together.
 async fn a_moved_guard_is_not_reentered_by_its_acquirer(fx: Fixture) {

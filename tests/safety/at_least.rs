@@ -1,4 +1,4 @@
-//! Issue 10 #12 (SPEC 6): a release that shortens a lock's life (with
+//! Fault #12 of the fault review (README, Guarantees): a release that shortens a lock's life (with
 //! `at_least`) announces when it ends, so waiters in other clients get the
 //! lock then, not at the old expiry; and a served waiter leaves the line.
 

@@ -1,4 +1,4 @@
-//! Issue 10 #2, #3, #4 (SPEC 11): every public future may be dropped at any
+//! Fault #2, #3, #4 of the fault review (README, Guarantees): every public future may be dropped at any
 //! await point, leaving no lock nobody will release, no place in line, no
 //! subscription.
 

@@ -1,4 +1,4 @@
-//! Issue 10 #6 (SPEC 7, 13): fencing tokens never repeat or go backwards,
+//! Fault #6 of the fault review (README, Guarantees): fencing tokens never repeat or go backwards,
 //! data loss included (a restart without persistence, `FLUSHDB`).
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 10 #5 (SPEC 1, 11): an acquisition whose reply was lost is retried,
+//! Fault #5 of the fault review (README, Guarantees): an acquisition whose reply was lost is retried,
 //! and the retry is recognised as the owner's own lock even when someone
 //! joined the line meanwhile.
 

@@ -1,4 +1,4 @@
-//! Issue 10 #7 and the Redlock "delayed restart" (SPEC 13): a server that
+//! Fault #7 of the fault review and the Redlock "delayed restart" (README, Guarantees): a server that
 //! restarted without persistence is not believed.
 
 use std::time::Duration;
@@ -245,7 +245,7 @@ async fn redlock_restarted_masters_give_no_vote_during_the_grace() {
     }
 }
 
-/// The other side of SPEC 13: a restart that kept the data (AOF, fsync
+/// The other side of the documented guarantee: a restart that kept the data (AOF, fsync
 /// always) is checked, not punished: the lease is still the holder's
 /// there, so the guard stays held and renewal goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Issue 10 #9 (SPEC 5): the watchdog survives the end of the runtime it
+//! Fault #9 of the fault review (README, Guarantees): the watchdog survives the end of the runtime it
 //! ran on: a client shared by successive runtimes (as by several
 //! `#[tokio::test]`s) keeps renewing leases taken on the later ones.
 

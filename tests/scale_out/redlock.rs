@@ -70,7 +70,7 @@ async fn survives_a_minority_and_reports_quorum_without_a_majority() {
     nodes[0].stop();
     nodes[1].stop();
     // Short leases: a master that restarts gives no vote until the longest
-    // lease this client issued could have run out (SPEC 13).
+    // lease this client issued could have run out (README, Guarantees).
     let guard = client
         .lock("minority")
         .ttl(Duration::from_secs(1))

@@ -67,7 +67,7 @@ fn keys_on(set: &SentinelSet, port: u16, pattern: &str) -> Vec<String> {
 /// New acquisitions work on the new primary: a client connecting once the
 /// failover is seen finds the new primary and acquires within the stated
 /// bound. (A client that saw the failover grants nothing there until the
-/// longest lease it issued could have run out: SPEC 13.) Returns how long it
+/// longest lease it issued could have run out: the documented guarantee.) Returns how long it
 /// took from the failover.
 async fn fresh_acquisition(urls: &[String], seen: Instant, key: &str) -> Duration {
     let fresh = LockClient::connect_sentinel(MASTER_NAME, urls)

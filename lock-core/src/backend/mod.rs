@@ -2,17 +2,21 @@
 //! the store that holds the leases. One module per backend:
 //!
 //! - [`redis`]: Redis, one implementation generic over the connection, with
-//!   two topologies: a single server (or primary), through a reconnecting
-//!   `ConnectionManager`, and Redis Cluster (feature `cluster`), whose
-//!   sharded pub/sub lives in `redis/sharded.rs`;
+//!   three topologies: a single server (or primary), through a reconnecting
+//!   `ConnectionManager`; Redis Sentinel (feature `sentinel`), which follows
+//!   the primary across failovers; and Redis Cluster (feature `cluster`),
+//!   whose sharded pub/sub lives in `redis/sharded.rs`. The `gate` beside
+//!   them reads each server's identity (restarts, eviction policy);
 //! - [`redlock`]: N independent Redis masters, by majority;
-//! - [`memory`]: the embedded in-process store with the same semantics.
+//! - [`memory`]: the embedded in-process store with the same semantics;
+//! - `faulty` (feature `testing`): the in-memory store behind the controls
+//!   of `leasehold::testing` (steal, expire, unavailable, slow).
 //!
 //! Beside them: [`connect`] (connection settings, URL parsing and
-//! redaction, error conversion), [`scripts`] (one typed function per Lua
-//! script), [`listener`] (the pub/sub task that hears releases) and
+//! redaction, TLS, error conversion), [`scripts`] (one typed function per
+//! Lua script), [`listener`] (the pub/sub task that hears releases),
 //! [`wakeups`] (each client's local register of waiters, which releases
-//! wake).
+//! wake) and [`glob`] (Redis-style patterns for `list` in memory).
 //!
 //! A backend only knows Redis keys and owner tokens; reentrancy, validity,
 //! renewal scheduling and the waiting policy live above it and are shared by

@@ -6,12 +6,10 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 
-pub(super) static SCRIPT: Lua = Lua::new(|| {
-    redis::Script::new(concat!(
-        include_str!("typed.lua"),
-        include_str!("abandon.lua")
-    ))
-});
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("abandon.lua"));
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Remove every trace of the acquisition `token`: its lock (if an attempt
 /// whose reply never came got it) and its place in line, telling the next

@@ -8,12 +8,10 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| {
-    redis::Script::new(concat!(
-        include_str!("typed.lua"),
-        include_str!("acquire.lua")
-    ))
-});
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("acquire.lua"));
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Take the lock for `ttl` if it is free and nobody waits in line before
 /// `token` (or it is already `token`'s). With `in_line`, a busy reply keeps

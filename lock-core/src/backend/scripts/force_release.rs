@@ -8,7 +8,10 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 use crate::backend::connect::millis;
 
-pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("force_release.lua")));
+/// The script's source as Redis runs it.
+pub(super) const SOURCE: &str = include_str!("force_release.lua");
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// The shortest life of the forced marker: long enough for a holder whose
 /// lease was about to run out to hear why at its next renewal.

@@ -8,7 +8,10 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::{Inspected, LockKeys};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(include_str!("inspect.lua")));
+/// The script's source as Redis runs it.
+pub(super) const SOURCE: &str = include_str!("inspect.lua");
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// The lock as it is now; `None` when it is free.
 pub(crate) async fn inspect<C: ConnectionLike>(

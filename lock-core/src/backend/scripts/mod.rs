@@ -101,16 +101,18 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 5] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 7] {
     [
-        ("acquire", &acquire::SCRIPT, include_str!("acquire.lua")),
-        ("release", &release::SCRIPT, include_str!("release.lua")),
-        ("renew", &renew::SCRIPT, include_str!("renew.lua")),
-        ("abandon", &abandon::SCRIPT, include_str!("abandon.lua")),
+        ("acquire", &acquire::SCRIPT, acquire::SOURCE),
+        ("release", &release::SCRIPT, release::SOURCE),
+        ("renew", &renew::SCRIPT, renew::SOURCE),
+        ("abandon", &abandon::SCRIPT, abandon::SOURCE),
+        ("raise_fence", &raise_fence::SCRIPT, raise_fence::SOURCE),
+        ("inspect", &inspect::SCRIPT, inspect::SOURCE),
         (
-            "raise_fence",
-            &raise_fence::SCRIPT,
-            include_str!("raise_fence.lua"),
+            "force_release",
+            &force_release::SCRIPT,
+            force_release::SOURCE,
         ),
     ]
 }

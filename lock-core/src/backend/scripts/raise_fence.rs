@@ -8,12 +8,10 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, LockKeys, Owned};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| {
-    redis::Script::new(concat!(
-        include_str!("typed.lua"),
-        include_str!("raise_fence.lua")
-    ))
-});
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("raise_fence.lua"));
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Raise the lock's counter to at least `fence` if `token` still holds it.
 pub(crate) async fn raise_fence<C: ConnectionLike>(

@@ -8,12 +8,10 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| {
-    redis::Script::new(concat!(
-        include_str!("typed.lua"),
-        include_str!("release.lua")
-    ))
-});
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("release.lua"));
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// What `release.lua` did.
 #[derive(Debug)]

@@ -6,12 +6,10 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 
-pub(super) static SCRIPT: Lua = Lua::new(|| {
-    redis::Script::new(concat!(
-        include_str!("typed.lua"),
-        include_str!("renew.lua")
-    ))
-});
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("renew.lua"));
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Leases per script call: large enough that 10,000 leases cost a handful of
 /// calls, small enough that one call stays well under a millisecond of
