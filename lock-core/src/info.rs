@@ -22,10 +22,13 @@ use std::time::Duration;
 ///     .in_memory();
 /// let guard = client.lock("order:42").ttl(Duration::from_secs(10)).acquire().await?;
 ///
-/// let info = client.inspect("order:42").await?.expect("held");
-/// assert_eq!(info.key, "order:42");
-/// assert_eq!(info.holder, "billing-worker-3");
-/// assert!(info.ttl <= Duration::from_secs(10));
+/// let held = client.inspect("order:42").await?;
+/// assert!(held.is_some(), "held by the guard above");
+/// if let Some(info) = held {
+///     assert_eq!(info.key, "order:42");
+///     assert_eq!(info.holder, "billing-worker-3");
+///     assert!(info.ttl <= Duration::from_secs(10));
+/// }
 /// assert_eq!(info.fencing_token, guard.fencing_token());
 /// assert_eq!(info.waiters, 0);
 /// # Ok(()) }
