@@ -19,7 +19,7 @@ use super::gate::{Gate, GatePolicy};
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, manager_config, within_connect_timeout,
+    Address, ConnectOptions, backend_error, connect_manager, manager_config,
 };
 use crate::backend::listener::Running;
 use crate::backend::wakeups::Wakeups;
@@ -39,44 +39,27 @@ pub(crate) type ServerBackend = RedisBackend<Server>;
 
 impl Server {
     /// Connect and check the server (reachable, credentials accepted, not
-    /// evicting, its identity); release announcements go to `wakeups`
-    /// (shared by the nodes of a Redlock client).
+    /// evicting, its identity) within the connect timeout; release
+    /// announcements go to `wakeups`.
     pub(crate) async fn connect(
         url: &str,
         options: &ConnectOptions,
         policy: GatePolicy,
         wakeups: Arc<Wakeups>,
     ) -> Result<ServerBackend, LockError> {
-        let address = Address::parse(url)?;
-        let gate = Arc::new(Gate::new(&address.shown, policy));
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let mut conn = within_connect_timeout(
-            ConnectionManager::new_with_config(
-                address.resp3_client(options)?,
-                manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
-            ),
-            options,
-            &address.shown,
-        )
-        .await?;
-        gate.check(&mut conn, true).await?;
-        tokio::spawn(recheck_after_reconnects(
-            push_rx,
-            conn.clone(),
-            Arc::downgrade(&gate),
-        ));
-        let server = address.shown.clone();
-        let topology = Server {
-            conn,
-            address,
-            options: options.clone(),
-        };
-        Ok(RedisBackend::new(topology, server, wakeups, gate))
+        let backend = Server::connect_lazy(url, options, policy, wakeups)?;
+        match tokio::time::timeout(options.connect_timeout, backend.verify_now()).await {
+            Ok(checked) => checked.map(|()| backend),
+            Err(_) => Err(LockError::backend(
+                backend.server(),
+                format!("could not connect within {:?}", options.connect_timeout),
+            )),
+        }
     }
 
     /// Like [`connect`](Self::connect), but without waiting for the first
     /// connection: a node that is down now is used once it comes back (and
-    /// checked then). For Redlock's nodes.
+    /// checked then, before it grants anything). For Redlock's nodes.
     pub(crate) fn connect_lazy(
         url: &str,
         options: &ConnectOptions,
