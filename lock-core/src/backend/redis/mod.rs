@@ -160,10 +160,19 @@ impl<T: Topology> RedisBackend<T> {
         F: Fn(T::Conn) -> Fut,
         Fut: Future<Output = Result<R, ScriptError>>,
     {
-        match op(self.topology.connection()).await {
-            Err(ScriptError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                tracing::debug!(server = %self.server, error = %e, "leasehold: connection broke, sending again");
-                op(self.topology.connection()).await
+        self.resend_once(|| op(self.topology.connection())).await
+    }
+
+    /// `op`, and once more if its connection broke.
+    async fn resend_once<R, F, Fut>(&self, op: F) -> Result<R, ScriptError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<R, ScriptError>>,
+    {
+        match op().await {
+            Err(e) if e.connection_broke() => {
+                tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, sending again");
+                op().await
             }
             other => other,
         }
@@ -265,12 +274,7 @@ impl<T: Topology> RedisBackend<T> {
 
     /// The renewal of a batch, through the topology.
     pub(crate) async fn renew_script(&self, batch: &[Renewal]) -> Result<Vec<Owned>, LockError> {
-        let result = match self.topology.renew(batch).await {
-            Err(ScriptError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                self.topology.renew(batch).await
-            }
-            other => other,
-        };
+        let result = self.resend_once(|| self.topology.renew(batch)).await;
         result.map_err(|e| match e {
             ScriptError::Redis(e) => scripts::script_backend_error(&self.server, e),
             wrong @ ScriptError::WrongType { .. } => {
@@ -298,8 +302,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
             let acquired = match attempt(self.topology.connection()).await {
                 // The connection broke: the server may be another one now.
                 // Read its identity before sending the attempt again.
-                Err(ScriptError::Redis(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                    tracing::debug!(server = %self.server, error = %e, "leasehold: connection broke, checking the server before sending again");
+                Err(e) if e.connection_broke() => {
+                    tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
                     self.gate.unverify();
                     self.verify(keys).await?;
                     if let Some(closed) = self.gate.closed(&keys.key)? {

@@ -82,6 +82,13 @@ impl ScriptError {
         }
     }
 
+    /// The command hit a broken connection (the manager reconnects): every
+    /// script is safe to send once more.
+    pub(crate) fn connection_broke(&self) -> bool {
+        self.redis()
+            .is_some_and(|e| e.is_io_error() || e.is_connection_dropped())
+    }
+
     /// The redis-rs error, if the command itself failed.
     pub(crate) fn redis(&self) -> Option<&RedisError> {
         match self {
