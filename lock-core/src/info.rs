@@ -28,9 +28,9 @@ use std::time::Duration;
 ///     assert_eq!(info.key, "order:42");
 ///     assert_eq!(info.holder, "billing-worker-3");
 ///     assert!(info.ttl <= Duration::from_secs(10));
+///     assert_eq!(info.fencing_token, guard.fencing_token());
+///     assert_eq!(info.waiters, 0);
 /// }
-/// assert_eq!(info.fencing_token, guard.fencing_token());
-/// assert_eq!(info.waiters, 0);
 /// # Ok(()) }
 /// ```
 #[non_exhaustive]
