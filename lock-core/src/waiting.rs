@@ -10,8 +10,10 @@
 //! that ends at whichever comes first:
 //!
 //! - its turn: a release names the first in line (`next:<token>`), and only
-//!   that waiter is woken, in whichever client it lives; when nobody waits in
-//!   line (`free:<token>`), the client's first local waiter is woken. Releases
+//!   that waiter is woken, in whichever client it lives; on Redlock, which
+//!   keeps no line, every release is announced (`free:<token>`) and the
+//!   client's first local waiter is woken. A release that nobody waits for
+//!   in line announces nothing (no `PUBLISH`). Releases
 //!   made through the same client wake at once, others arrive by pub/sub;
 //! - the moment the holder's lease runs out, or the place of the first in
 //!   line lapses (the busy reply says when), for holders and waiters that

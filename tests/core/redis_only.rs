@@ -528,3 +528,58 @@ async fn the_first_command_after_a_restart_is_resent() {
     assert!(guard.is_held());
     guard.release().await.expect("still ours after the restart");
 }
+
+/// Calls of `command` (top-level or from a script) since the last
+/// `CONFIG RESETSTAT`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.info("commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_release_announces_only_when_someone_waits_in_line() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    take_and_give_back(&client, "quiet").await;
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    // Nobody waits: the release costs no PUBLISH.
+    take_and_give_back(&client, "quiet").await;
+    assert_eq!(calls(&server, "publish"), 0);
+
+    // Someone waits in line (another client): the release names it, and it
+    // gets the lock without waiting for the lease to run out.
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let held = client
+        .lock("quiet")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        // The lease is 30 s, the wait 10 s: only the release can end it.
+        let guard = other
+            .lock("quiet")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    wait_until("the waiter is in line", || {
+        int(server.cmd(&["LLEN", "leasehold:{quiet}:line"])) == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let waited = waiter.await.unwrap();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(calls(&server, "publish"), 1);
+}

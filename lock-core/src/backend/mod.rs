@@ -32,7 +32,7 @@
 //! | `P{K}:fence` | string (integer), with expiry | the last fencing token: each acquisition issues max(last + 1, server clock in µs); forgotten [`FENCE_MEMORY`] after the last acquisition |
 //! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
 //! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
-//! | `P{K}:released` | pub/sub channel | on each release, `next:<token>` (the first in line) or `free:<token>` (`SPUBLISH` on Cluster) |
+//! | `P{K}:released` | pub/sub channel | on a release with someone in line, `next:<token>` (the first in line); on Redlock, which keeps no line, every release, `free:<token>` when nobody is next (`SPUBLISH` on Cluster). A release nobody waits for publishes nothing |
 //! | `P{K}:forced` | string, with expiry | after an operator's `force_release`: the owner token it took the lock from, kept as long as that lease had left (at least 1 s), so that holder's next renewal is told why (`LostCause::ForceReleased`) |
 //!
 //! The braces make `K` the hash tag, so all of them live in one cluster slot.

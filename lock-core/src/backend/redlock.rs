@@ -384,7 +384,7 @@ impl Backend for RedlockBackend {
         Box::pin(async move {
             let replies = self
                 .on_all(self.response_timeout, |node| async move {
-                    node.release_script(keys, token, keep, deadline)
+                    node.release_script(keys, token, keep, deadline, scripts::Announce::Always)
                         .await
                         .map(|r| r.owned)
                 })

@@ -195,13 +195,14 @@ impl<T: Topology> RedisBackend<T> {
         token: &str,
         keep: Duration,
         deadline: Instant,
+        announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
         let publish = self.topology.publish();
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
                 .call(|mut con| async move {
-                    scripts::release(&mut con, keys, token, keep, publish).await
+                    scripts::release(&mut con, keys, token, keep, publish, announce).await
                 })
                 .await;
             match result {
@@ -357,7 +358,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = giving.parts();
         Box::pin(async move {
-            let released = self.release_script(keys, token, keep, deadline).await?;
+            let released = self
+                .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
+                .await?;
             if released.owned == Owned::Yes {
                 // This client's own waiters hear it at once (others by
                 // pub/sub): the first in line if it is ours, else our first.

@@ -64,10 +64,9 @@ elseif head and head ~= token then
   end
 else
   -- The lock is ours if free. (SET NX does not fail on a key of another
-  -- type, it just finds the key taken.)
-  local set = typed('SET', KEYS[1], token, 'NX', 'PX', ARGV[2])
+  -- type, it just finds the key taken: no `typed` needed.)
   local fence
-  if type(set) == 'table' and set.ok then
+  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
     local last = typed('GET', KEYS[2])
     if type(last) == 'table' or (last and not tonumber(last)) then
       -- The counter is not a number: undo our own write, change nothing else.
@@ -84,7 +83,9 @@ else
     -- is forgotten, so unused lock names leave nothing behind.
     local t = redis.call('TIME')
     fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+    -- A number argument goes out exactly (below 2^53, which the clock
+    -- reaches in the year 2255), without a string.format.
+    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
   else
     local holder = typed('GET', KEYS[1])
     if type(holder) == 'table' then

@@ -27,7 +27,7 @@ pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use raise_fence::raise_fence;
-pub(crate) use release::{Released, release};
+pub(crate) use release::{Announce, Released, release};
 pub(crate) use renew::renew;
 
 use super::LockKeys;

@@ -11,9 +11,14 @@
 --          until then instead of until the old one
 -- ARGV[3]  the release channel of this lock (same hash tag as KEYS[1])
 -- ARGV[4]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[5]  1: announce every release; 0: only when someone waits in line
+--          (every waiter of a single server or Cluster keeps a place in
+--          line; Redlock keeps none, so its waiters need every release)
 --
 -- The message is `next:<token>` naming the first in line, whose client wakes
 -- just that waiter, or `free:<released token>` when nobody waits in line.
+-- Nobody in line and ARGV[5] = 0: no message (the common case costs no
+-- PUBLISH).
 -- (With a keep, the woken waiter finds the lock still taken and learns when
 -- it ends.)
 --
@@ -37,7 +42,9 @@ else
 end
 local next = typed('LINDEX', KEYS[2], 0)
 if type(next) ~= 'string' then
-  redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
+  if ARGV[5] == '1' then
+    redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
+  end
   return {1, false}
 end
 redis.call(ARGV[4], ARGV[3], 'next:' .. next)

@@ -21,15 +21,26 @@ pub(crate) struct Released {
     pub(crate) next: Option<String>,
 }
 
+/// Which releases `release.lua` announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// Every release (Redlock: no line, its waiters listen for any release).
+    Always,
+    /// Only when someone waits in line (single server, Sentinel, Cluster:
+    /// every waiter keeps a place in line).
+    ToTheLine,
+}
+
 /// Delete the lock if `token` holds it (or, with a non-zero `keep`, let it
 /// expire after `keep`), announcing it on the lock's channel with `publish`
-/// (`PUBLISH`, or `SPUBLISH` on Cluster).
+/// (`PUBLISH`, or `SPUBLISH` on Cluster) as `announce` says.
 pub(crate) async fn release<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     keep: Duration,
     publish: &str,
+    announce: Announce,
 ) -> Result<Released, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 3);
     cmd.arg(&keys.lock)
@@ -38,7 +49,8 @@ pub(crate) async fn release<C: ConnectionLike>(
         .arg(token)
         .arg(if keep.is_zero() { 0 } else { millis(keep) })
         .arg(&keys.channel)
-        .arg(publish);
+        .arg(publish)
+        .arg(u8::from(announce == Announce::Always));
     let (code, next): (i64, Option<String>) = invoke(&SCRIPT, &cmd, con).await?;
     Ok(Released {
         owned: Owned::from_code(code),
