@@ -17,7 +17,10 @@
 //!   made through the same client wake at once, others arrive by pub/sub;
 //! - the moment the holder's lease runs out, or the place of the first in
 //!   line lapses (the busy reply says when), for holders and waiters that
-//!   crash instead of releasing or leaving;
+//!   crash or are paused instead of releasing or leaving. A place is kept
+//!   for the sleep its waiter was told plus 2 s, so a paused process holds
+//!   up the line for at most its lease plus that (the fault suite freezes
+//!   one with `SIGSTOP` and checks that the others go on);
 //! - the end of the caller's `wait` budget.
 //!
 //! The wake-up is armed *before* each attempt, so a release that lands between

@@ -19,6 +19,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The lease length of every scenario.
 const TTL: Duration = Duration::from_secs(1);
+/// How long the SIGSTOP scenario keeps its holder frozen.
+const FREEZE: Duration = Duration::from_secs(8);
 /// A short body.
 const SHORT: Duration = Duration::from_millis(10);
 /// A body longer than the lease: it needs renewals to finish.
@@ -380,8 +382,8 @@ fn proxy_latency() {
     assert_safe("proxy_latency", &f);
 }
 
-/// Worker 0 takes the lock, reads the counter, and is SIGSTOPped for 3 TTLs
-/// before it writes. Others take the lock meanwhile; when it resumes, its
+/// Worker 0 takes the lock, reads the counter, and is SIGSTOPped for 8 s
+/// (8 TTLs) before it writes. Others take the lock meanwhile; when it resumes, its
 /// counter write loses updates (no lock prevents that) and its fenced write
 /// is rejected (the fencing token does).
 #[test]
@@ -400,15 +402,35 @@ fn holder_sigstopped() {
         };
         assert_eq!(pid, run.children[0].id(), "frozen pid");
         freeze_process(pid);
-        // Long enough that the line moves on without the frozen process:
-        // its other tasks may be first in line, and a waiter that does not
-        // come back keeps its place for its expected sleep plus 2 s before
-        // the lock goes to the next. Seen once in several runs: nobody took
-        // the lock within 6 s of the freeze (an open question: the line's
-        // liveness behind frozen waiters); past the workers' 10 s wait every
-        // waiter starts over, so 12 s is conclusive.
-        sleep(FREEZE_WINDOW.max(TTL * 12));
+        // Liveness behind a frozen process: its lease runs out after the
+        // TTL, and the places of its waiters (they may be first in line)
+        // lapse at most their sleep hint (<= TTL) plus PLACE_GRACE (2 s)
+        // after their last attempt. So another process holds the lock
+        // within about 2 TTL + 2 s of the freeze (measured: 2.8-4.8 s);
+        // 7 s leaves room for a loaded machine, and stays below the
+        // workers' 10 s wait, past which every waiter would start over.
+        let frozen_at = Instant::now();
+        let lock_key = format!("leasehold:{{faults:{}}}:lock", run.plan.name);
+        let mut other_holder_after = None;
+        while frozen_at.elapsed() < FREEZE.max(FREEZE_WINDOW) {
+            if other_holder_after.is_none()
+                && let Value::BulkString(holder) = run.lock.cmd(&["GET", &lock_key])
+                && !holder.ends_with(b":worker-0")
+            {
+                other_holder_after = Some(frozen_at.elapsed());
+            }
+            sleep(Duration::from_millis(20));
+        }
         thaw_process(pid);
+        eprintln!(
+            "faults holder_sigstopped: another process held the lock {other_holder_after:?} after the freeze"
+        );
+        let after =
+            other_holder_after.expect("nobody else took the lock while the holder was frozen");
+        assert!(
+            after < Duration::from_secs(7),
+            "the line stalled behind the frozen process: {after:?}"
+        );
     });
     let name = "holder_sigstopped";
     assert_eq!(
