@@ -234,22 +234,40 @@ impl RedlockBackend {
         Ok(None)
     }
 
-    /// Level the counters of the granting nodes up to `fence`; true if a
-    /// majority now has it.
-    async fn raise_fence(&self, keys: &LockKeys, token: &str, fence: u64, ttl: Duration) -> bool {
-        let replies = self
-            .on_all(self.node_timeout(ttl), |node| async move {
-                let mut con = node.connection();
-                scripts::raise_fence(&mut con, keys, token, fence, ttl)
-                    .await
-                    .map_err(|e| e.into_lock_error(node.server(), keys))
-            })
-            .await;
-        replies
-            .iter()
-            .filter(|r| matches!(r, Ok(Owned::Yes)))
-            .count()
-            >= self.quorum
+    /// Level the counters of the granting nodes up to the highest fence
+    /// they returned; true if a majority now has it. `granted` pairs each
+    /// granting node's index with its fence. Only the nodes below the
+    /// highest are sent a script: the others (at least one) already have it.
+    async fn raise_fence(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+        ttl: Duration,
+        granted: &[(usize, u64)],
+    ) -> bool {
+        let level = granted.iter().filter(|&&(_, f)| f == fence).count();
+        if level >= self.quorum {
+            return true;
+        }
+        let timeout = self.node_timeout(ttl);
+        let raised = join_all(
+            granted
+                .iter()
+                .filter(|&&(_, f)| f < fence)
+                .filter_map(|&(i, _)| self.nodes.get(i))
+                .map(|node| {
+                    tokio::time::timeout(timeout, async move {
+                        let mut con = node.connection();
+                        scripts::raise_fence(&mut con, keys, token, fence, ttl).await
+                    })
+                }),
+        )
+        .await
+        .into_iter()
+        .filter(|r| matches!(r, Ok(Ok(Owned::Yes))))
+        .count();
+        level + raised >= self.quorum
     }
 }
 
@@ -339,8 +357,12 @@ impl Backend for RedlockBackend {
 
             if granted >= self.quorum && validity.is_some() {
                 let fence = fences.iter().copied().max().unwrap_or(0);
-                let level = fences.iter().all(|&f| f == fence);
-                if level || self.raise_fence(keys, token, fence, ttl).await {
+                let granted: Vec<(usize, u64)> = granting
+                    .iter()
+                    .copied()
+                    .zip(fences.iter().copied())
+                    .collect();
+                if self.raise_fence(keys, token, fence, ttl, &granted).await {
                     return Ok(Acquired::Yes { fence });
                 }
             }
