@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::Ctx;
 use crate::adapters::{Adapter, Held, Kind, Res, Settings};
 use crate::report::{Record, Row, Value};
-use crate::stats::{Samples, cpu_time, rate};
+use crate::stats::{Samples, cpu_time, live_heap_bytes, rate, resident_bytes};
 
 /// The lease of S7.
 const TTL: Duration = Duration::from_secs(3);
@@ -38,7 +38,9 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
     let leases = ctx.knobs.leases;
     let keys: Vec<String> = (0..leases).map(|i| format!("{prefix}:{i}")).collect();
 
-    // Take them, TAKERS at a time.
+    // Take them, TAKERS at a time. Memory is read before and once all are
+    // held (the samples of their acquisition time freed first).
+    let (heap_before, rss_before) = (live_heap_bytes(), resident_bytes());
     let start = Instant::now();
     let mut handles = Vec::new();
     for chunk in keys.chunks(leases.div_ceil(TAKERS)) {
@@ -62,6 +64,10 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
         acquire.extend(samples);
     }
     let acquire_rate = rate(leases as u64, start.elapsed());
+    let (acquire_p50, acquire_p99) = (acquire.p50_us(), acquire.p99_us());
+    drop(acquire);
+    let heap_per_lease = (live_heap_bytes() - heap_before) as f64 / leases as f64;
+    let rss_per_lease = (resident_bytes() - rss_before) as f64 / leases as f64;
 
     // Hold them.
     let server = ctx.main();
@@ -123,9 +129,11 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
         scenario,
         kind.name(),
         acquire_rate,
-        acquire.p50_us(),
-        acquire.p99_us(),
+        acquire_p50,
+        acquire_p99,
     )
+    .with("heap_bytes_per_lease", Value::F(heap_per_lease))
+    .with("rss_bytes_per_lease", Value::F(rss_per_lease))
     .with("leases", Value::I(on_redis.min(client_held as u64) as i64))
     .with("leases_taken", Value::I(leases as i64))
     .with("all_held", Value::B(all_held))
