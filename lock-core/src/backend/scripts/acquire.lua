@@ -81,10 +81,14 @@ else
     -- clock (that would take over a million acquisitions per second of one
     -- lock), unless the clock stepped back. A counter unused for ARGV[3] ms
     -- is forgotten, so unused lock names leave nothing behind.
+    -- The clock in µs is written from TIME's two parts as a string: no
+    -- number formatting on the common path (it showed in Redis' profile).
     local t = redis.call('TIME')
-    fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    -- A number argument goes out exactly (below 2^53, which the clock
-    -- reaches in the year 2255), without a string.format.
+    fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    local prior = tonumber(last)
+    if prior and prior >= tonumber(fence) then
+      fence = string.format('%d', prior + 1)
+    end
     redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
   else
     local holder = typed('GET', KEYS[1])
