@@ -2,6 +2,11 @@
 //! multiplexed connection: `SET key token NX PX ttl` to take it, a Lua
 //! compare-and-delete (`redis::Script`, so EVALSHA) to give it back. The
 //! limit no library can beat on this connection design.
+//!
+//! Diagnostic: with `LOCKS_RAW_SCRIPTS=1`, raw sends leasehold's own
+//! `acquire.lua` and `release.lua` instead (by hand, same keys), which
+//! separates what leasehold's scripts cost Redis from what the library costs
+//! the client.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +22,24 @@ static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// leasehold's scripts, for `LOCKS_RAW_SCRIPTS=1`.
+static LEASEHOLD_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../../../lock-core/src/backend/scripts/typed.lua"),
+        include_str!("../../../../lock-core/src/backend/scripts/acquire.lua")
+    ))
+});
+static LEASEHOLD_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../../../lock-core/src/backend/scripts/typed.lua"),
+        include_str!("../../../../lock-core/src/backend/scripts/release.lua")
+    ))
+});
+
 pub struct Raw {
     conn: MultiplexedConnection,
+    /// `LOCKS_RAW_SCRIPTS=1`: send leasehold's scripts.
+    leasehold_scripts: bool,
     ttl_ms: u64,
     seed: u64,
     counter: AtomicU64,
@@ -40,6 +61,7 @@ impl Raw {
             ^ u64::from(std::process::id()).rotate_left(32);
         Ok(Raw {
             conn,
+            leasehold_scripts: std::env::var_os("LOCKS_RAW_SCRIPTS").is_some(),
             ttl_ms: settings.ttl.as_millis().max(1) as u64,
             seed,
             counter: AtomicU64::new(0),
@@ -55,6 +77,26 @@ impl Raw {
     pub async fn acquire(&self, key: &str) -> Res<Held> {
         let token = self.token();
         let mut conn = self.conn.clone();
+        if self.leasehold_scripts {
+            let (code, _fence): (i64, i64) = LEASEHOLD_ACQUIRE
+                .key(key)
+                .key(format!("{key}:fence"))
+                .key(format!("{key}:line"))
+                .key(format!("{key}:places"))
+                .arg(&token)
+                .arg(self.ttl_ms)
+                .arg(self.ttl_ms + 3_600_000)
+                .arg(0)
+                .invoke_async(&mut conn)
+                .await?;
+            return match code {
+                1 => Ok(Held {
+                    key: key.to_owned(),
+                    token,
+                }),
+                _ => Err(format!("raw (leasehold's script): {key} is busy").into()),
+            };
+        }
         let reply: Option<String> = redis::cmd("SET")
             .arg(key)
             .arg(&token)
@@ -74,6 +116,24 @@ impl Raw {
 
     pub async fn release(&self, held: Held) -> Res<()> {
         let mut conn = self.conn.clone();
+        if self.leasehold_scripts {
+            let key = &held.key;
+            let (code, _next): (i64, Option<String>) = LEASEHOLD_RELEASE
+                .key(key)
+                .key(format!("{key}:line"))
+                .key(format!("{key}:places"))
+                .arg(&held.token)
+                .arg(0)
+                .arg(format!("{key}:released"))
+                .arg("PUBLISH")
+                .arg(0)
+                .invoke_async(&mut conn)
+                .await?;
+            return match code {
+                1 => Ok(()),
+                _ => Err(format!("raw (leasehold's script): {key} was not ours any more").into()),
+            };
+        }
         let deleted: i64 = UNLOCK
             .key(&held.key)
             .arg(&held.token)
