@@ -91,6 +91,7 @@ impl<'a> Waiter<'a> {
                 token: self.token,
                 ttl,
                 in_line,
+                fence_floor: None,
             })
             .await;
         if matches!(reply, Ok(Acquired::Busy { .. }))

@@ -184,15 +184,19 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
     let a = client(&nodes).await;
     let b = client(&nodes).await;
     let first = a.lock("fence").acquire().await.unwrap().fencing_token();
-    // One node's counter ran ahead (e.g. it granted attempts that failed elsewhere).
-    nodes[4].cmd(&["SET", "leasehold:{fence}:fence", "100"]);
+    // One node's counter ran ahead of every clock (e.g. a client whose clock
+    // was far ahead took the lock through it).
+    nodes[4].cmd(&["SET", "leasehold:{fence}:fence", "8000000000000000"]);
     let second = b
         .lock("fence")
         .wait(Duration::from_secs(5))
         .acquire()
         .await
         .unwrap();
-    assert!(second.fencing_token() >= 100, "the highest counter wins");
+    assert!(
+        second.fencing_token() > 8_000_000_000_000_000,
+        "the highest counter wins"
+    );
     assert!(second.fencing_token() > first);
     // The granting nodes were levelled up: a majority now carries the token.
     let levelled = nodes
@@ -209,6 +213,45 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
     nodes[4].cmd(&["SET", "leasehold:{fence}:lock", "someone", "PX", "60000"]);
     let third = a.lock("fence").acquire().await.unwrap();
     assert!(third.fencing_token() > token);
+}
+
+#[tokio::test]
+async fn nodes_in_step_issue_the_same_token_without_a_raise() {
+    let nodes = masters(5);
+    let a = client(&nodes).await;
+    a.lock("step")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for node in &nodes {
+        node.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let guard = a.lock("step").acquire().await.unwrap();
+    let token = guard.fencing_token();
+    // One script per node (the acquisition), no second round to level the
+    // counters: every node that granted issued the same token.
+    let calls: u64 = nodes.iter().map(|n| evalsha_calls(n)).sum();
+    assert_eq!(calls, 5, "one acquire script per node, no raise");
+    let same = nodes
+        .iter()
+        .filter(|n| {
+            n.cmd(&["GET", "leasehold:{step}:fence"])
+                == redis::Value::BulkString(token.to_string().into_bytes())
+        })
+        .count();
+    assert_eq!(same, 5);
+    guard.release().await.unwrap();
+}
+
+fn evalsha_calls(node: &RedisServer) -> u64 {
+    node.info("commandstats")
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test]

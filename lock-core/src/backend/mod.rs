@@ -87,6 +87,9 @@ pub(crate) struct Attempt<'a> {
     pub(crate) ttl: Duration,
     /// Keep (or take) a place in the lock's line if it is busy.
     pub(crate) in_line: bool,
+    /// The least fencing token a fresh acquisition may issue (`None`: the
+    /// server clock in µs). Redlock sends its own clock to every node.
+    pub(crate) fence_floor: Option<u64>,
 }
 
 impl<'a> Attempt<'a> {

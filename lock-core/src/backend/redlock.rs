@@ -14,8 +14,11 @@
 //!
 //! # Fencing tokens
 //!
-//! Each node keeps its own fencing counter. On acquisition the token is the
-//! highest counter among the granting nodes, and if they disagree the others
+//! Each node keeps its own fencing counter. An acquisition sends every node
+//! the same floor, this client's clock in µs; a node issues the higher of
+//! its last token + 1 and that floor, so nodes whose counters are behind the
+//! clock (the usual case) issue the same token. The token is the highest
+//! counter among the granting nodes, and if they disagree the ones below it
 //! are raised to it (owner-checked) before the lock is returned, on a
 //! majority, or the acquisition fails. Since any two majorities share a node,
 //! every later holder then increments a counter already at least this high:
@@ -271,12 +274,24 @@ impl RedlockBackend {
     }
 }
 
+/// This client's clock in µs since the Unix epoch (at least 1).
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .max(1)
+}
+
 impl Backend for RedlockBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, _) = attempt.parts();
         Box::pin(async move {
             let started = Instant::now();
             let timeout = self.node_timeout(ttl);
+            // Every node gets the same floor for a new token: nodes whose
+            // counters are below it (clocks in step) issue the same token,
+            // and no raise is needed.
+            let fence_floor = Some(clock_micros());
             let mut pending: FuturesUnordered<_> = self
                 .nodes
                 .iter()
@@ -292,6 +307,7 @@ impl Backend for RedlockBackend {
                             token,
                             ttl,
                             in_line: false,
+                            fence_floor,
                         }),
                     );
                     let reply = match asked.await {

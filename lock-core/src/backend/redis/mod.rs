@@ -287,6 +287,7 @@ impl<T: Topology> RedisBackend<T> {
 
 impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
+        let fence_floor = attempt.fence_floor;
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
@@ -297,7 +298,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             }
             self.gate.issued(ttl);
             let attempt = |mut con: T::Conn| async move {
-                scripts::acquire(&mut con, keys, token, ttl, in_line).await
+                scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
             };
             let connection = self.gate.connection_number();
             let acquired = match attempt(self.topology.connection()).await {

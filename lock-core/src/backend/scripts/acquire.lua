@@ -12,6 +12,9 @@
 -- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
 -- ARGV[4]  0: one try, do not wait in line; > 0: wait in line, and keep the
 --          place this many ms longer than the caller will sleep
+-- ARGV[5]  the floor of a new fencing token: 0 for the server clock in µs;
+--          otherwise this number (Redlock sends its client's clock, the same
+--          to every node, so that nodes in step issue the same token)
 --
 -- Returns {1, fence}  acquired (or already ours: a retried call after a lost reply)
 --         {0, ms}     not now; look again within ms (-1: no expiry known): the
@@ -83,8 +86,12 @@ else
     -- is forgotten, so unused lock names leave nothing behind.
     -- The clock in µs is written from TIME's two parts as a string: no
     -- number formatting on the common path (it showed in Redis' profile).
-    local t = redis.call('TIME')
-    fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    if ARGV[5] == '0' then
+      local t = redis.call('TIME')
+      fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    else
+      fence = ARGV[5]
+    end
     local prior = tonumber(last)
     if prior and prior >= tonumber(fence) then
       fence = string.format('%d', prior + 1)

@@ -15,13 +15,16 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Take the lock for `ttl` if it is free and nobody waits in line before
 /// `token` (or it is already `token`'s). With `in_line`, a busy reply keeps
-/// (or takes) `token`'s place in the lock's line.
+/// (or takes) `token`'s place in the lock's line. A new fencing token is
+/// above the last one and at least `fence_floor` (`None`: the server clock
+/// in µs).
 pub(crate) async fn acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
     in_line: bool,
+    fence_floor: Option<u64>,
 ) -> Result<Acquired, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 4);
     cmd.arg(&keys.lock)
@@ -31,7 +34,8 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(token)
         .arg(millis(ttl))
         .arg(millis(ttl + FENCE_MEMORY))
-        .arg(if in_line { millis(PLACE_GRACE) } else { 0 });
+        .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
+        .arg(fence_floor.unwrap_or(0));
     let (code, value): (i64, i64) = invoke(&SCRIPT, &cmd, con).await?;
     match code {
         1 => Ok(Acquired::Yes {
