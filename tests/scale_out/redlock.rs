@@ -233,7 +233,7 @@ async fn nodes_in_step_issue_the_same_token_without_a_raise() {
     let token = guard.fencing_token();
     // One script per node (the acquisition), no second round to level the
     // counters: every node that granted issued the same token.
-    let calls: u64 = nodes.iter().map(|n| evalsha_calls(n)).sum();
+    let calls: u64 = nodes.iter().map(evalsha_calls).sum();
     assert_eq!(calls, 5, "one acquire script per node, no raise");
     let same = nodes
         .iter()
