@@ -86,7 +86,8 @@ impl Raw {
                 .arg(&token)
                 .arg(self.ttl_ms)
                 .arg(self.ttl_ms + 3_600_000)
-                .arg(0)
+                .arg(0) // one try, no place in line
+                .arg(0) // the server clock is the fence floor
                 .invoke_async(&mut conn)
                 .await?;
             return match code {
