@@ -184,9 +184,14 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
     let a = client(&nodes).await;
     let b = client(&nodes).await;
     let first = a.lock("fence").acquire().await.unwrap().fencing_token();
-    // One node's counter ran ahead of every clock (e.g. a client whose clock
-    // was far ahead took the lock through it).
-    nodes[4].cmd(&["SET", "leasehold:{fence}:fence", "8000000000000000"]);
+    // Three nodes' counters ran ahead of every clock, each by a different
+    // amount (e.g. clients whose clocks were far ahead took the lock through
+    // them). Any majority includes one of them, whichever nodes answer
+    // first, and its members disagree: the token must be levelled.
+    let ahead = ["8000000000000000", "8000000000000010", "8000000000000020"];
+    for (node, counter) in nodes[2..].iter().zip(ahead) {
+        node.cmd(&["SET", "leasehold:{fence}:fence", counter]);
+    }
     let second = b
         .lock("fence")
         .wait(Duration::from_secs(5))
@@ -195,7 +200,7 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
         .unwrap();
     assert!(
         second.fencing_token() > 8_000_000_000_000_000,
-        "the highest counter wins"
+        "a counter that ran ahead wins"
     );
     assert!(second.fencing_token() > first);
     // The granting nodes were levelled up: a majority now carries the token.
@@ -209,7 +214,7 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
     assert!(levelled >= 3, "only {levelled} nodes carry the token");
     let token = second.fencing_token();
     second.release().await.unwrap();
-    // Even if the node that ran ahead is not in the next majority.
+    // Even if the node that ran furthest ahead is not in the next majority.
     nodes[4].cmd(&["SET", "leasehold:{fence}:lock", "someone", "PX", "60000"]);
     let third = a.lock("fence").acquire().await.unwrap();
     assert!(third.fencing_token() > token);
@@ -233,6 +238,13 @@ async fn nodes_in_step_issue_the_same_token_without_a_raise() {
     let token = guard.fencing_token();
     // One script per node (the acquisition), no second round to level the
     // counters: every node that granted issued the same token.
+    // The vote is decided by the first three answers: wait for the other
+    // two nodes' scripts to land (and for any raise that would follow).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while nodes.iter().map(evalsha_calls).sum::<u64>() < 5 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let calls: u64 = nodes.iter().map(evalsha_calls).sum();
     assert_eq!(calls, 5, "one acquire script per node, no raise");
     let same = nodes
