@@ -400,14 +400,13 @@ mod tests {
     }
 
     #[test]
-    fn global_options_go_before_or_after_the_subcommand() {
-        let before = Cli::try_parse_from(["leasehold", "--json", "--prefix", "p:", "show", "k"])
-            .expect("parses");
-        let after = Cli::try_parse_from(["leasehold", "show", "k", "--json", "--prefix", "p:"])
-            .expect("parses");
+    fn global_options_go_before_or_after_the_subcommand() -> Result<(), clap::Error> {
+        let before = Cli::try_parse_from(["leasehold", "--json", "--prefix", "p:", "show", "k"])?;
+        let after = Cli::try_parse_from(["leasehold", "show", "k", "--json", "--prefix", "p:"])?;
         for cli in [before, after] {
             assert!(cli.global.json);
             assert_eq!(cli.global.prefix, "p:");
         }
+        Ok(())
     }
 }

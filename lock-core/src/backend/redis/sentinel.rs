@@ -683,27 +683,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sentinel_urls_split_into_the_sentinel_and_the_primary() {
+    fn sentinel_urls_split_into_the_sentinel_and_the_primary() -> Result<(), LockError> {
         let (sentinel, primary) =
-            split_sentinel_url("redis://:spw@s1:26379/2?primary_password=ppw&protocol=resp3")
-                .unwrap();
+            split_sentinel_url("redis://:spw@s1:26379/2?primary_password=ppw&protocol=resp3")?;
         assert_eq!(sentinel, "redis://:spw@s1:26379?protocol=resp3");
         assert_eq!(
             primary.url("10.0.0.1", 6380),
             "redis://:ppw@10.0.0.1:6380/2?protocol=resp3"
         );
 
-        let (sentinel, primary) = split_sentinel_url("redis://u:pw@s1:26379").unwrap();
+        let (sentinel, primary) = split_sentinel_url("redis://u:pw@s1:26379")?;
         assert_eq!(sentinel, "redis://u:pw@s1:26379");
         assert_eq!(primary.url("::1", 7000), "redis://u:pw@[::1]:7000");
 
-        let (_, primary) = split_sentinel_url("redis://:spw@s1?primary_password=&x=1").unwrap();
+        let (_, primary) = split_sentinel_url("redis://:spw@s1?primary_password=&x=1")?;
         assert_eq!(primary.url("h", 1), "redis://h:1?x=1");
 
-        let err = split_sentinel_url("s1:26379?primary_password=secret")
-            .err()
-            .unwrap()
-            .to_string();
+        let Err(err) = split_sentinel_url("s1:26379?primary_password=secret") else {
+            panic!("a URL without a scheme is refused");
+        };
+        let err = err.to_string();
         assert!(!err.contains("secret"), "{err}");
+        Ok(())
     }
 }
