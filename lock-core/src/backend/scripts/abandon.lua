@@ -26,7 +26,7 @@ if placed == 1 then
   redis.call('LREM', KEYS[2], 1, ARGV[1])
 end
 if (held == 1 or placed == 1) and redis.call('EXISTS', KEYS[1]) == 0 then
-  local next = typed('LINDEX', KEYS[2], 0)
+  local next = typed('LINDEX', KEYS[2], '0')
   if type(next) == 'string' then
     redis.call(ARGV[3], ARGV[2], 'next:' .. next)
   elseif held == 1 then

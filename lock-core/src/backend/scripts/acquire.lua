@@ -23,7 +23,7 @@
 
 local token = ARGV[1]
 
-local head = typed('LINDEX', KEYS[3], 0)
+local head = typed('LINDEX', KEYS[3], '0')
 if type(head) == 'table' then
   return {-1, 3}
 end
@@ -43,7 +43,7 @@ if head then
     end
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
-    head = redis.call('LINDEX', KEYS[3], 0)
+    head = redis.call('LINDEX', KEYS[3], '0')
   end
 end
 

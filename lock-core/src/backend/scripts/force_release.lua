@@ -27,7 +27,7 @@ local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[3], holder, 'PX', math.max(pttl, tonumber(ARGV[3])))
 
-local next = redis.pcall('LINDEX', KEYS[2], 0)
+local next = redis.pcall('LINDEX', KEYS[2], '0')
 if type(next) ~= 'string' then
   redis.call(ARGV[2], ARGV[1], 'free:' .. holder)
   return {1, holder, false}

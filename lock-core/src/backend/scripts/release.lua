@@ -40,7 +40,7 @@ if keep > 0 then
 else
   redis.call('DEL', KEYS[1])
 end
-local next = typed('LINDEX', KEYS[2], 0)
+local next = typed('LINDEX', KEYS[2], '0')
 if type(next) ~= 'string' then
   if ARGV[5] == '1' then
     redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
