@@ -70,12 +70,6 @@ else
   -- type, it just finds the key taken: no `typed` needed.)
   local fence
   if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
-    local last = typed('GET', KEYS[2])
-    if type(last) == 'table' or (last and not tonumber(last)) then
-      -- The counter is not a number: undo our own write, change nothing else.
-      redis.call('DEL', KEYS[1])
-      return {-1, 2}
-    end
     -- The next token is one above the last and at least the server clock
     -- in microseconds. So it is above every token issued before even when
     -- the counter was lost or set back with the server's data (a restart
@@ -92,11 +86,25 @@ else
     else
       fence = ARGV[5]
     end
+    -- Write the floor and read the last token in one command (SET .. GET
+    -- leaves a key of another type alone and answers WRONGTYPE); the
+    -- counter is written a second time only when it was at or above the
+    -- floor (a clock that stepped back, or Redlock's counters ahead).
+    local last = typed('SET', KEYS[2], fence, 'PX', ARGV[3], 'GET')
+    if type(last) == 'table' or (last and not tonumber(last)) then
+      -- The counter is not a number: undo our own writes (the foreign
+      -- value goes back, without an expiry), change nothing else.
+      redis.call('DEL', KEYS[1])
+      if type(last) == 'string' then
+        redis.call('SET', KEYS[2], last)
+      end
+      return {-1, 2}
+    end
     local prior = tonumber(last)
     if prior and prior >= tonumber(fence) then
       fence = string.format('%d', prior + 1)
+      redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
     end
-    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
   else
     local holder = typed('GET', KEYS[1])
     if type(holder) == 'table' then
