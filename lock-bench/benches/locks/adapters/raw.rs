@@ -78,7 +78,7 @@ impl Raw {
         let token = self.token();
         let mut conn = self.conn.clone();
         if self.leasehold_scripts {
-            let (code, _fence): (i64, i64) = LEASEHOLD_ACQUIRE
+            let reply: redis::Value = LEASEHOLD_ACQUIRE
                 .key(key)
                 .key(format!("{key}:fence"))
                 .key(format!("{key}:line"))
@@ -90,8 +90,9 @@ impl Raw {
                 .arg(0) // the server clock is the fence floor
                 .invoke_async(&mut conn)
                 .await?;
-            return match code {
-                1 => Ok(Held {
+            // The fence (a string) when acquired; busy or wrong type otherwise.
+            return match reply {
+                redis::Value::BulkString(_) => Ok(Held {
                     key: key.to_owned(),
                     token,
                 }),
@@ -119,7 +120,7 @@ impl Raw {
         let mut conn = self.conn.clone();
         if self.leasehold_scripts {
             let key = &held.key;
-            let (code, _next): (i64, Option<String>) = LEASEHOLD_RELEASE
+            let reply: redis::Value = LEASEHOLD_RELEASE
                 .key(key)
                 .key(format!("{key}:line"))
                 .key(format!("{key}:places"))
@@ -130,8 +131,9 @@ impl Raw {
                 .arg(0)
                 .invoke_async(&mut conn)
                 .await?;
-            return match code {
-                1 => Ok(()),
+            // 1, or the next in line (a string): released.
+            return match reply {
+                redis::Value::Int(1) | redis::Value::BulkString(_) => Ok(()),
                 _ => Err(format!("raw (leasehold's script): {key} was not ours any more").into()),
             };
         }

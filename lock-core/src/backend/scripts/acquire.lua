@@ -16,10 +16,13 @@
 --          otherwise this number (Redlock sends its client's clock, the same
 --          to every node, so that nodes in step issue the same token)
 --
--- Returns {1, fence}  acquired (or already ours: a retried call after a lost reply)
---         {0, ms}     not now; look again within ms (-1: no expiry known): the
---                     lock is held, or kept for the first in line
---         {-1, i}     KEYS[i] holds a value of another type; nothing was changed
+-- Returns fence     (a string: the fencing token, in decimal) acquired, or
+--                   already ours (a retried call after a lost reply)
+--         ms        (an integer) not now; look again within ms (-1: no expiry
+--                   known): the lock is held, or kept for the first in line
+--         {-1, i}   KEYS[i] holds a value of another type; nothing was changed
+-- (Plain values, not a table, on the common paths: Redis converts a table
+-- reply field by field, which showed in its CPU time.)
 
 local token = ARGV[1]
 
@@ -56,7 +59,7 @@ if head and head ~= token and typed('GET', KEYS[1]) == token then
   if type(fence) == 'table' then
     return {-1, 2}
   end
-  return {1, tonumber(fence) or 0}
+  return fence or '0'
 elseif head and head ~= token then
   -- Someone came first: the lock is theirs next, held or not.
   sleep = redis.call('PTTL', KEYS[1])
@@ -118,7 +121,7 @@ else
       if type(fence) == 'table' then
         return {-1, 2}
       end
-      fence = tonumber(fence) or 0
+      fence = fence or '0'
     end
   end
   if fence then
@@ -126,7 +129,7 @@ else
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    return {1, fence}
+    return fence
   end
   sleep = redis.call('PTTL', KEYS[1])
 end
@@ -147,4 +150,4 @@ if grace > 0 then
     redis.call('PEXPIRE', KEYS[4], keep)
   end
 end
-return {0, sleep}
+return sleep

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
@@ -36,22 +37,20 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(millis(ttl + FENCE_MEMORY))
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(fence_floor.unwrap_or(0));
-    let (code, value): (i64, i64) = invoke(&SCRIPT, &cmd, con).await?;
-    match code {
-        1 => Ok(Acquired::Yes {
-            fence: u64::try_from(value).unwrap_or(0),
+    let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
+    match reply {
+        // The fence, as a decimal string.
+        Value::BulkString(fence) => Ok(Acquired::Yes {
+            fence: std::str::from_utf8(&fence)
+                .ok()
+                .and_then(|f| f.parse().ok())
+                .unwrap_or(0),
         }),
-        0 => Ok(Acquired::Busy {
-            expires_in: u64::try_from(value).ok().map(Duration::from_millis),
+        // Not now: look again within this many ms (negative: no expiry known).
+        Value::Int(ms) => Ok(Acquired::Busy {
+            expires_in: u64::try_from(ms).ok().map(Duration::from_millis),
         }),
-        _ => Err(ScriptError::WrongType {
-            redis_key: match value {
-                2 => &keys.fence,
-                3 => &keys.line,
-                4 => &keys.places,
-                _ => &keys.lock,
-            }
-            .clone(),
-        }),
+        Value::Array(parts) => Err(wrong_type(keys, &parts)),
+        _ => Err(unexpected("acquire")),
     }
 }

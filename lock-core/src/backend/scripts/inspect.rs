@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::{Inspected, LockKeys};
 
 /// The script's source as Redis runs it.
@@ -26,15 +26,7 @@ pub(crate) async fn inspect<C: ConnectionLike>(
     let reply: Vec<Value> = invoke(&SCRIPT, &cmd, con).await?;
     match reply.as_slice() {
         [] => Ok(None),
-        [Value::Int(-1), Value::Int(i)] => Err(ScriptError::WrongType {
-            redis_key: match i {
-                2 => &keys.fence,
-                3 => &keys.line,
-                4 => &keys.places,
-                _ => &keys.lock,
-            }
-            .clone(),
-        }),
+        [Value::Int(-1), Value::Int(_)] => Err(wrong_type(keys, &reply)),
         [token, pttl, fence, waiters] => {
             let token: String =
                 redis::from_redis_value_ref(token).map_err(redis::RedisError::from)?;
@@ -52,9 +44,6 @@ pub(crate) async fn inspect<C: ConnectionLike>(
                 waiters: usize::try_from(waiters).unwrap_or(0),
             }))
         }
-        _ => Err(ScriptError::Redis(redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "the inspect script answered an unexpected reply",
-        )))),
+        _ => Err(unexpected("inspect")),
     }
 }

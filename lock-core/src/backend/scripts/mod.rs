@@ -20,7 +20,7 @@ mod renew;
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 pub(crate) use abandon::abandon;
 pub(crate) use acquire::acquire;
@@ -171,6 +171,29 @@ fn refused_in_script(err: &RedisError) -> Option<String> {
         "{ACL_REFUSED}: {what}, called by leasehold's {name} script (line {line}: `{code}`); \
          see the minimal ACL rule in the README. Redis said: {text}"
     ))
+}
+
+/// A script's `{-1, i}` reply: `KEYS[i]` (in the acquire and inspect
+/// scripts' order: lock, fence, line, places) holds a value of another type.
+fn wrong_type(keys: &LockKeys, reply: &[Value]) -> ScriptError {
+    let redis_key = match reply.get(1) {
+        Some(Value::Int(2)) => &keys.fence,
+        Some(Value::Int(3)) => &keys.line,
+        Some(Value::Int(4)) => &keys.places,
+        _ => &keys.lock,
+    };
+    ScriptError::WrongType {
+        redis_key: redis_key.clone(),
+    }
+}
+
+/// A reply the script cannot give (another script under the same SHA?).
+fn unexpected(script: &'static str) -> ScriptError {
+    ScriptError::Redis(RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "leasehold's script answered an unexpected reply",
+        script.to_owned(),
+    )))
 }
 
 /// Start an `EVALSHA` of `script` with `keys` keys: append the keys, then

@@ -22,16 +22,18 @@
 -- (With a keep, the woken waiter finds the lock still taken and learns when
 -- it ends.)
 --
--- Returns {1, next}   released (next: the first in line, or nil)
---         {0, nil}    not ours (expired, or another owner's)
---         {-1, nil}   wrong type
+-- Returns next   (a string) released, and next is the first in line
+--         1      released (nobody in line, or a keep)
+--         0      not ours (expired, or another owner's)
+--         -1     wrong type
+-- (Plain values, not a table: Redis converts a table reply field by field.)
 
 local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
-  return {-1, false}
+  return -1
 end
 if holder ~= ARGV[1] then
-  return {0, false}
+  return 0
 end
 
 local keep = tonumber(ARGV[2])
@@ -45,10 +47,10 @@ if type(next) ~= 'string' then
   if ARGV[5] == '1' then
     redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
   end
-  return {1, false}
+  return 1
 end
 redis.call(ARGV[4], ARGV[3], 'next:' .. next)
 if keep > 0 then
-  return {1, false}
+  return 1
 end
-return {1, next}
+return next

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 
@@ -51,9 +52,16 @@ pub(crate) async fn release<C: ConnectionLike>(
         .arg(&keys.channel)
         .arg(publish)
         .arg(u8::from(announce == Announce::Always));
-    let (code, next): (i64, Option<String>) = invoke(&SCRIPT, &cmd, con).await?;
-    Ok(Released {
-        owned: Owned::from_code(code),
-        next,
-    })
+    let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
+    match reply {
+        Value::Int(code) => Ok(Released {
+            owned: Owned::from_code(code),
+            next: None,
+        }),
+        Value::BulkString(next) => Ok(Released {
+            owned: Owned::Yes,
+            next: Some(String::from_utf8(next).map_err(|_| unexpected("release"))?),
+        }),
+        _ => Err(unexpected("release")),
+    }
 }
