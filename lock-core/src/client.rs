@@ -210,8 +210,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
-        validate_key(key)?;
-        let keys = LockKeys::new(&self.shared.config.prefix, key);
+        let keys = self.operator_keys(key)?;
         let found = self
             .shared
             .backend
@@ -287,8 +286,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
-        validate_key(key)?;
-        let keys = LockKeys::new(&self.shared.config.prefix, key);
+        let keys = self.operator_keys(key)?;
         let held = self
             .shared
             .backend
@@ -299,6 +297,13 @@ impl LockClient {
             tracing::warn!(key, "leasehold: lock force-released by an operator");
         }
         Ok(held)
+    }
+
+    /// The Redis keys of lock `key`, for the operator calls (`inspect`,
+    /// `force_release`): the key is checked as `lock` checks it.
+    fn operator_keys(&self, key: &str) -> Result<LockKeys, LockError> {
+        validate_key(key)?;
+        Ok(LockKeys::new(&self.shared.config.prefix, key))
     }
 
     fn from_backend(backend: Arc<dyn Backend>, builder: &LockClientBuilder) -> LockClient {
