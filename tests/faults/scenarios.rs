@@ -410,14 +410,31 @@ fn holder_sigstopped() {
         // 7 s leaves room for a loaded machine, and stays below the
         // workers' 10 s wait, past which every waiter would start over.
         let frozen_at = Instant::now();
-        let lock_key = format!("leasehold:{{faults:{}}}:lock", run.plan.name);
+        let tagged = format!("leasehold:{{faults:{}}}", run.plan.name);
+        let lock_key = format!("{tagged}:lock");
         let mut other_holder_after = None;
+        // What the lock and its line looked like, every 500 ms until another
+        // holder showed: printed if none did.
+        let mut seen = Vec::new();
         while frozen_at.elapsed() < FREEZE.max(FREEZE_WINDOW) {
+            let holder = run.lock.cmd(&["GET", &lock_key]);
             if other_holder_after.is_none()
-                && let Value::BulkString(holder) = run.lock.cmd(&["GET", &lock_key])
+                && let Value::BulkString(holder) = &holder
                 && !holder.ends_with(b":worker-0")
             {
                 other_holder_after = Some(frozen_at.elapsed());
+            }
+            if other_holder_after.is_none()
+                && seen.len() * 500 <= frozen_at.elapsed().as_millis() as usize
+            {
+                seen.push(format!(
+                    "{:?}: holder {holder:?} pttl {:?} line {:?} places {:?}",
+                    frozen_at.elapsed(),
+                    run.lock.cmd(&["PTTL", &lock_key]),
+                    run.lock
+                        .cmd(&["LRANGE", &format!("{tagged}:line"), "0", "-1"]),
+                    run.lock.cmd(&["HGETALL", &format!("{tagged}:places")]),
+                ));
             }
             sleep(Duration::from_millis(20));
         }
@@ -425,8 +442,13 @@ fn holder_sigstopped() {
         eprintln!(
             "faults holder_sigstopped: another process held the lock {other_holder_after:?} after the freeze"
         );
-        let after =
-            other_holder_after.expect("nobody else took the lock while the holder was frozen");
+        let after = other_holder_after.unwrap_or_else(|| {
+            panic!(
+                "nobody else took the lock while the holder was frozen; server time {:?}, seen:\n{}",
+                run.lock.cmd(&["TIME"]),
+                seen.join("\n")
+            )
+        });
         assert!(
             after < Duration::from_secs(7),
             "the line stalled behind the frozen process: {after:?}"
