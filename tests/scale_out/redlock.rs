@@ -168,7 +168,14 @@ async fn watchdog_keeps_a_quorum_lease_and_reports_loss_when_the_majority_dies()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(guard.is_held(), "the quorum lease lapsed although renewed");
-    assert!(nodes.iter().all(|n| has_lock(n, "renewed")));
+    // A majority holds it. (A node whose grant was still on its way when
+    // the vote was decided may never get it: the acquisition stops waiting
+    // once a majority said yes, and renewals only extend existing grants.)
+    let holding = nodes.iter().filter(|n| has_lock(n, "renewed")).count();
+    assert!(
+        holding >= 3,
+        "only {holding} of 5 nodes hold the renewed lock"
+    );
     for node in &mut nodes[..3] {
         node.stop();
     }
