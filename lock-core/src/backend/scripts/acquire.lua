@@ -50,88 +50,82 @@ if head then
   end
 end
 
-local sleep
-if head and head ~= token and typed('GET', KEYS[1]) == token then
-  -- Ours already: an earlier attempt got through but its reply was lost,
-  -- and someone joined the line since. Same lease, same fence.
+-- Nobody waits before us: the lock is ours if free. (SET NX does not fail
+-- on a key of another type, it just finds the key taken: no `typed` needed.)
+local first = not head or head == token
+if first and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
+  local fence
+  -- The next token is one above the last and at least the server clock
+  -- in microseconds. So it is above every token issued before even when
+  -- the counter was lost or set back with the server's data (a restart
+  -- without persistence, FLUSHDB, eviction, a failover to a replica that
+  -- missed the last increments): a counter cannot outrun a microsecond
+  -- clock (that would take over a million acquisitions per second of one
+  -- lock), unless the clock stepped back. A counter unused for ARGV[3] ms
+  -- is forgotten, so unused lock names leave nothing behind.
+  -- The clock in µs is written from TIME's two parts as a string: no
+  -- number formatting on the common path (it showed in Redis' profile).
+  if ARGV[5] == '0' then
+    local t = redis.call('TIME')
+    fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  else
+    fence = ARGV[5]
+  end
+  -- Write the floor and read the last token in one command (SET .. GET
+  -- leaves a key of another type alone and answers WRONGTYPE); the
+  -- counter is written a second time only when it was at or above the
+  -- floor (a clock that stepped back, or Redlock's counters ahead).
+  local last = typed('SET', KEYS[2], fence, 'PX', ARGV[3], 'GET')
+  if type(last) == 'table' or (last and not tonumber(last)) then
+    -- The counter is not a number: undo our own writes (the foreign
+    -- value goes back, without an expiry), change nothing else.
+    redis.call('DEL', KEYS[1])
+    if type(last) == 'string' then
+      redis.call('SET', KEYS[2], last)
+    end
+    return {-1, 2}
+  end
+  local prior = tonumber(last)
+  if prior and prior >= tonumber(fence) then
+    fence = string.format('%d', prior + 1)
+    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+  end
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], token)
+  end
+  return fence
+end
+
+-- Ours already: an earlier attempt got through but its reply was lost (a
+-- retried call). Same lease, same fence: nobody else can have taken it in
+-- between.
+local holder = typed('GET', KEYS[1])
+if type(holder) == 'table' then
+  if first then
+    return {-1, 1}
+  end
+  -- Behind someone in line, the lock key's type does not matter yet.
+  holder = false
+end
+if holder == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence = typed('GET', KEYS[2])
   if type(fence) == 'table' then
     return {-1, 2}
   end
+  if head == token then
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], token)
+  end
   return fence or '0'
-elseif head and head ~= token then
-  -- Someone came first: the lock is theirs next, held or not.
-  sleep = redis.call('PTTL', KEYS[1])
-  if sleep < 0 then
-    -- Free (or without expiry), and kept for the first in line until its
-    -- place lapses.
-    sleep = tonumber(redis.call('HGET', KEYS[4], head)) - now
-  end
-else
-  -- The lock is ours if free. (SET NX does not fail on a key of another
-  -- type, it just finds the key taken: no `typed` needed.)
-  local fence
-  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
-    -- The next token is one above the last and at least the server clock
-    -- in microseconds. So it is above every token issued before even when
-    -- the counter was lost or set back with the server's data (a restart
-    -- without persistence, FLUSHDB, eviction, a failover to a replica that
-    -- missed the last increments): a counter cannot outrun a microsecond
-    -- clock (that would take over a million acquisitions per second of one
-    -- lock), unless the clock stepped back. A counter unused for ARGV[3] ms
-    -- is forgotten, so unused lock names leave nothing behind.
-    -- The clock in µs is written from TIME's two parts as a string: no
-    -- number formatting on the common path (it showed in Redis' profile).
-    if ARGV[5] == '0' then
-      local t = redis.call('TIME')
-      fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-    else
-      fence = ARGV[5]
-    end
-    -- Write the floor and read the last token in one command (SET .. GET
-    -- leaves a key of another type alone and answers WRONGTYPE); the
-    -- counter is written a second time only when it was at or above the
-    -- floor (a clock that stepped back, or Redlock's counters ahead).
-    local last = typed('SET', KEYS[2], fence, 'PX', ARGV[3], 'GET')
-    if type(last) == 'table' or (last and not tonumber(last)) then
-      -- The counter is not a number: undo our own writes (the foreign
-      -- value goes back, without an expiry), change nothing else.
-      redis.call('DEL', KEYS[1])
-      if type(last) == 'string' then
-        redis.call('SET', KEYS[2], last)
-      end
-      return {-1, 2}
-    end
-    local prior = tonumber(last)
-    if prior and prior >= tonumber(fence) then
-      fence = string.format('%d', prior + 1)
-      redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-    end
-  else
-    local holder = typed('GET', KEYS[1])
-    if type(holder) == 'table' then
-      return {-1, 1}
-    end
-    if holder == token then
-      -- Our own earlier attempt got through but its reply was lost: same
-      -- lease, same fence (nobody else can have taken it in between).
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
-      fence = typed('GET', KEYS[2])
-      if type(fence) == 'table' then
-        return {-1, 2}
-      end
-      fence = fence or '0'
-    end
-  end
-  if fence then
-    if head == token then
-      redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token)
-    end
-    return fence
-  end
-  sleep = redis.call('PTTL', KEYS[1])
+end
+
+local sleep = redis.call('PTTL', KEYS[1])
+if sleep < 0 and not first then
+  -- Someone came first, and the lock is free (or without expiry): it is
+  -- kept for the first in line until its place lapses.
+  sleep = tonumber(redis.call('HGET', KEYS[4], head)) - now
 end
 
 -- Not now: keep (or take) the caller's place in line while it sleeps.
