@@ -110,9 +110,7 @@ impl Table {
     /// The next fencing token of `key`, remembered until `forget_at`: one
     /// above the last, and at least the clock in microseconds, as on Redis.
     fn next_fence(&mut self, key: &str, now: Instant, forget_at: Instant) -> u64 {
-        let clock = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let clock = super::clock_micros();
         let next = match self.fences.get(key) {
             Some(&(last, until)) if until > now => last.saturating_add(1).max(clock),
             _ => clock,

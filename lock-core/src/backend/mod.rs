@@ -227,6 +227,17 @@ pub(crate) struct Inspected {
     pub(crate) waiters: usize,
 }
 
+/// This machine's clock in µs since the Unix epoch (at least 1): the floor
+/// of a new fencing token where no Redis server's clock is asked (Redlock
+/// sends it to every node; the in-memory backend uses it as Redis uses
+/// `TIME`).
+pub(crate) fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .max(1)
+}
+
 /// How many keys one `SCAN` call is asked to look at.
 pub(crate) const SCAN_COUNT: usize = 100;
 

@@ -43,6 +43,7 @@ use super::scripts;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    clock_micros,
 };
 use crate::error::LockError;
 
@@ -272,14 +273,6 @@ impl RedlockBackend {
         .count();
         level + raised >= self.quorum
     }
-}
-
-/// This client's clock in µs since the Unix epoch (at least 1).
-fn clock_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .max(1)
 }
 
 impl Backend for RedlockBackend {
