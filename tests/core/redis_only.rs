@@ -227,6 +227,21 @@ async fn wrong_type_is_a_clear_error_and_nothing_is_overwritten() {
         server.cmd(&["GET", "leasehold:{fenced}:fence"]),
         redis::Value::BulkString(b"not-a-number".to_vec())
     );
+    // Put back as it was, without an expiry (it had none).
+    assert_eq!(int(server.cmd(&["PTTL", "leasehold:{fenced}:fence"])), -1);
+
+    // A fence key of another type: `SET .. GET` refuses it and leaves it.
+    server.cmd(&["RPUSH", "leasehold:{listed}:fence", "precious"]);
+    let err = client.lock("listed").acquire().await.unwrap_err();
+    assert!(
+        matches!(&err, LockError::WrongType { redis_key, .. } if redis_key == "leasehold:{listed}:fence"),
+        "{err:?}"
+    );
+    assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{listed}:lock"])), 0);
+    assert_eq!(
+        server.cmd(&["LRANGE", "leasehold:{listed}:fence", "0", "-1"]),
+        redis::Value::Array(vec![redis::Value::BulkString(b"precious".to_vec())])
+    );
 }
 
 #[tokio::test]
