@@ -420,9 +420,15 @@ async fn connect(cfg: &WorkerConfig) -> LockClient {
 
 async fn run_worker(cfg: WorkerConfig) {
     let client = connect(&cfg).await;
+    // The data server is the checker's record, not under test: its replies
+    // may be slow on a loaded machine (redis-rs' default 500 ms timeout
+    // once failed a run at `SET frozen`), never lost.
     let data = redis::Client::open(cfg.data_url.as_str())
         .expect("data url")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_response_timeout(Some(Duration::from_secs(30))),
+        )
         .await
         .expect("data server connection");
     let worker = Arc::new(Worker {
