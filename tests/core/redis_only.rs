@@ -446,6 +446,92 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
     );
 }
 
+/// Puts a waiter that took a place and then died first in `key`'s line
+/// (by hand, as a crashed process leaves it); its place lapses in `lapse`.
+fn dead_waiter_first_in_line(server: &RedisServer, key: &str, lapse: Duration) {
+    let now_ms = match server.cmd(&["TIME"]) {
+        redis::Value::Array(v) => match (&v[0], &v[1]) {
+            (redis::Value::BulkString(s), redis::Value::BulkString(us)) => {
+                let s: u64 = String::from_utf8_lossy(s).parse().unwrap();
+                let us: u64 = String::from_utf8_lossy(us).parse().unwrap();
+                s * 1000 + us / 1000
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    server.cmd(&["RPUSH", &format!("leasehold:{{{key}}}:line"), "dead-waiter"]);
+    server.cmd(&[
+        "HSET",
+        &format!("leasehold:{{{key}}}:places"),
+        "dead-waiter",
+        &(now_ms + lapse.as_millis() as u64).to_string(),
+    ]);
+}
+
+/// First come, first served holds while the lock is free but kept for the
+/// first in line, although a free lock is taken without a look at the line
+/// when nobody waits: the waiters' line marker (acquire.lua) sends a
+/// newcomer to the line. Once the line is empty, the marker is gone and an
+/// uncontended pair reads no line again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_does_not_take_a_free_lock_kept_for_the_line() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let newcomer = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder
+        .lock("queue")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let first_fence = guard.fencing_token();
+    dead_waiter_first_in_line(&server, "queue", Duration::from_millis(1500));
+    let task = tokio::spawn(async move {
+        waiter
+            .lock("queue")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    wait_until("the waiter is in line behind the dead one", || {
+        int(server.cmd(&["LLEN", "leasehold:{queue}:line"])) == 2
+    })
+    .await;
+    guard.release().await.unwrap();
+    assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{queue}:lock"])), 0);
+    assert!(
+        newcomer
+            .lock("queue")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a newcomer took the lock kept for the first in line"
+    );
+    let got = task
+        .await
+        .unwrap()
+        .expect("the waiter gets the lock once the dead one's place lapses");
+    assert!(got.fencing_token() > first_fence);
+    assert!(
+        newcomer
+            .lock("queue")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a newcomer took the waiter's lock"
+    );
+    got.release().await.unwrap();
+    assert_eq!(int(server.cmd(&["LLEN", "leasehold:{queue}:line"])), 0);
+
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    take_and_give_back(&newcomer, "queue").await;
+    assert_eq!(calls(&server, "lindex"), 0, "a pair with nobody in line");
+}
+
 #[tokio::test]
 async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lapses() {
     let server = RedisServer::start();
@@ -458,24 +544,7 @@ async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lap
         .await
         .unwrap();
     // A waiter that took a place and then died: its place lapses in 800 ms.
-    let now_ms = match server.cmd(&["TIME"]) {
-        redis::Value::Array(v) => match (&v[0], &v[1]) {
-            (redis::Value::BulkString(s), redis::Value::BulkString(us)) => {
-                let s: u64 = String::from_utf8_lossy(s).parse().unwrap();
-                let us: u64 = String::from_utf8_lossy(us).parse().unwrap();
-                s * 1000 + us / 1000
-            }
-            other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    };
-    server.cmd(&["RPUSH", "leasehold:{ghost}:line", "dead-waiter"]);
-    server.cmd(&[
-        "HSET",
-        "leasehold:{ghost}:places",
-        "dead-waiter",
-        &(now_ms + 800).to_string(),
-    ]);
+    dead_waiter_first_in_line(&server, "ghost", Duration::from_millis(800));
     let w = waiter.clone();
     let task = tokio::spawn(async move {
         w.lock("ghost")

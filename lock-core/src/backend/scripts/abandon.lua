@@ -3,7 +3,8 @@
 -- the token's place in line. If the lock is free afterwards, the new first
 -- in line is told (or, with nobody in line, anyone listening).
 --
--- KEYS[1]  the lock key (string: owner token)
+-- KEYS[1]  the lock key (string: owner token, '+' in front when someone
+--          may wait in line: see acquire.lua)
 -- KEYS[2]  the line of waiting tokens (list)
 -- KEYS[3]  the waiters' places (hash: token -> until when, in server ms)
 -- ARGV[1]  the abandoning owner token
@@ -14,7 +15,7 @@
 
 local held = 0
 local holder = typed('GET', KEYS[1])
-if holder == ARGV[1] then
+if holder == ARGV[1] or holder == '+' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   held = 1
 end

@@ -7,7 +7,8 @@
 -- KEYS[3]  the line: a list of waiting owner tokens, first come first served
 -- KEYS[4]  the places: a hash, waiting token -> until when (server ms) its
 --          place is kept; a waiter renews it each time it tries
--- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits)
+-- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits,
+--          then ':' and the client's name)
 -- ARGV[2]  the lease length in milliseconds
 -- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
 -- ARGV[4]  0: one try, do not wait in line; > 0: wait in line, and keep the
@@ -15,6 +16,21 @@
 -- ARGV[5]  the floor of a new fencing token: 0 for the server clock in µs;
 --          otherwise this number (Redlock sends its client's clock, the same
 --          to every node, so that nodes in step issue the same token)
+--
+-- The line marker: a '+' in front of the fence key's value (and of the lock
+-- key's token) says that someone may wait in line. A free lock whose fence
+-- key has no marker is taken without looking at the line: that is the
+-- common case, and it costs three commands (SET NX, TIME, SET .. GET).
+--  * Whenever the line is not empty, the fence key exists, carries the
+--    marker and lives at least as long as the line (a waiter sees to it
+--    each time it takes or keeps its place).
+--  * Whenever the line is not empty and the lock is held, the lock key's
+--    token carries the marker too, so release.lua looks at the line (and
+--    wakes the next) only then.
+-- A marker may outlive the line (a waiter left): the next acquisition looks
+-- at the line once and writes the fence without it. Owner tokens start with
+-- a hex digit and fencing tokens with a decimal one, so the marker is never
+-- part of a value.
 --
 -- Returns fence     (a string: the fencing token, in decimal) acquired, or
 --                   already ours (a retried call after a lost reply)
@@ -25,36 +41,68 @@
 -- reply field by field, which showed in its CPU time.)
 
 local token = ARGV[1]
+local MARK = 43 -- '+'
 
-local head = typed('LINDEX', KEYS[3], '0')
-if type(head) == 'table' then
-  return {-1, 3}
+local clock
+local function now_ms()
+  if not clock then
+    clock = redis.call('TIME')
+  end
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 end
 
-local now
-if head then
-  -- Places not renewed in time belong to waiters that crashed or left.
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  while head do
+-- A value without its line marker, and whether it had one.
+local function unmarked(value)
+  if type(value) == 'string' and string.byte(value, 1) == MARK then
+    return string.sub(value, 2), true
+  end
+  return value, false
+end
+
+-- The first in line whose place is still kept (the caller's own place
+-- counts as kept: it is here), or false. Places not renewed in time belong
+-- to waiters that crashed or left: they are dropped on the way. A line or
+-- places key of another type: the {-1, i} reply.
+local function first_in_line()
+  local head = typed('LINDEX', KEYS[3], '0')
+  while type(head) == 'string' and head ~= token do
     local kept = typed('HGET', KEYS[4], head)
     if type(kept) == 'table' then
       return {-1, 4}
     end
-    if (tonumber(kept) or 0) > now then
-      break
+    if (tonumber(kept) or 0) > now_ms() then
+      return head
     end
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
     head = redis.call('LINDEX', KEYS[3], '0')
   end
+  if type(head) == 'table' then
+    return {-1, 3}
+  end
+  return head or false
 end
 
--- Nobody waits before us: the lock is ours if free. (SET NX does not fail
--- on a key of another type, it just finds the key taken: no `typed` needed.)
-local first = not head or head == token
-if first and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
-  local fence
+-- The fence key's value written with the marker, living at least as long
+-- as the line.
+local function mark_fence(value)
+  local life = math.max(tonumber(ARGV[3]), redis.call('PTTL', KEYS[3]))
+  redis.call('SET', KEYS[2], '+' .. value, 'PX', life)
+end
+
+local head -- the first in line; nil until looked at
+
+-- The first in line, looked at once per call.
+local function line_head()
+  if head == nil then
+    head = first_in_line()
+  end
+  return head
+end
+
+-- Free: ours for now (SET NX does not fail on a key of another type, it
+-- just finds the key taken: no `typed` needed).
+if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   -- The next token is one above the last and at least the server clock
   -- in microseconds. So it is above every token issued before even when
   -- the counter was lost or set back with the server's data (a restart
@@ -65,36 +113,61 @@ if first and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   -- is forgotten, so unused lock names leave nothing behind.
   -- The clock in µs is written from TIME's two parts as a string: no
   -- number formatting on the common path (it showed in Redis' profile).
+  local floor
   if ARGV[5] == '0' then
-    local t = redis.call('TIME')
-    fence = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+    clock = redis.call('TIME')
+    floor = clock[1] .. string.rep('0', 6 - #clock[2]) .. clock[2]
   else
-    fence = ARGV[5]
+    floor = ARGV[5]
   end
   -- Write the floor and read the last token in one command (SET .. GET
-  -- leaves a key of another type alone and answers WRONGTYPE); the
-  -- counter is written a second time only when it was at or above the
-  -- floor (a clock that stepped back, or Redlock's counters ahead).
-  local last = typed('SET', KEYS[2], fence, 'PX', ARGV[3], 'GET')
-  if type(last) == 'table' or (last and not tonumber(last)) then
+  -- leaves a key of another type alone and answers WRONGTYPE).
+  local old = typed('SET', KEYS[2], floor, 'PX', ARGV[3], 'GET')
+  local last, lined = unmarked(old)
+  if type(old) == 'table' or (last and not tonumber(last)) then
     -- The counter is not a number: undo our own writes (the foreign
     -- value goes back, without an expiry), change nothing else.
     redis.call('DEL', KEYS[1])
-    if type(last) == 'string' then
-      redis.call('SET', KEYS[2], last)
+    if type(old) == 'string' then
+      redis.call('SET', KEYS[2], old)
     end
     return {-1, 2}
   end
+  local fence = floor
   local prior = tonumber(last)
-  if prior and prior >= tonumber(fence) then
+  if prior and prior >= tonumber(floor) then
+    -- A clock that stepped back, or Redlock's counters ahead.
     fence = string.format('%d', prior + 1)
-    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
   end
-  if head then
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], token)
+  if not lined then
+    if fence ~= floor then
+      redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+    end
+    return fence
   end
-  return fence
+  -- Someone may wait in line: the lock is ours only if nobody waits
+  -- before us.
+  head = first_in_line()
+  if head and head ~= token then
+    -- Undo our writes (the counter goes back as it was).
+    redis.call('DEL', KEYS[1])
+    mark_fence(last)
+    if type(head) == 'table' then
+      return head
+    end
+  else
+    if head then
+      redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], token)
+    end
+    if redis.call('LINDEX', KEYS[3], '0') then
+      mark_fence(fence)
+      redis.call('SET', KEYS[1], '+' .. token, 'PX', ARGV[2])
+    elseif fence ~= floor then
+      redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
+    end
+    return fence
+  end
 end
 
 -- Ours already: an earlier attempt got through but its reply was lost (a
@@ -102,46 +175,66 @@ end
 -- between.
 local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' then
-  if first then
+  if type(line_head()) == 'table' then
+    return head
+  end
+  if not head or head == token then
     return {-1, 1}
   end
   -- Behind someone in line, the lock key's type does not matter yet.
   holder = false
 end
+local holder_marked
+holder, holder_marked = unmarked(holder)
 if holder == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence = typed('GET', KEYS[2])
   if type(fence) == 'table' then
     return {-1, 2}
   end
-  if head == token then
-    redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], token)
-  end
-  return fence or '0'
+  return unmarked(fence) or '0'
 end
 
 local sleep = redis.call('PTTL', KEYS[1])
-if sleep < 0 and not first then
-  -- Someone came first, and the lock is free (or without expiry): it is
-  -- kept for the first in line until its place lapses.
-  sleep = tonumber(redis.call('HGET', KEYS[4], head)) - now
+if sleep < 0 then
+  -- Free (kept for the first in line, see above), or without expiry.
+  if type(line_head()) == 'table' then
+    return head
+  end
+  if head and head ~= token then
+    -- Kept for the first in line until its place lapses.
+    sleep = tonumber(redis.call('HGET', KEYS[4], head)) - now_ms()
+  end
 end
 
--- Not now: keep (or take) the caller's place in line while it sleeps.
+-- Not now: keep (or take) the caller's place in line while it sleeps, and
+-- keep the line markers (see the top) in place.
 local grace = tonumber(ARGV[4])
 if grace > 0 then
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local counter = typed('GET', KEYS[2])
+  local value, counter_marked = unmarked(counter)
+  if type(counter) == 'table' or (value and not tonumber(value)) then
+    return {-1, 2}
   end
   local keep = math.max(sleep, 0) + grace
-  if redis.call('HSET', KEYS[4], token, now + keep) == 1 then
+  if redis.call('HSET', KEYS[4], token, now_ms() + keep) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
+  end
+  local life = redis.call('PTTL', KEYS[2])
+  if not counter_marked or (life >= 0 and life < keep) then
+    if life == -1 then
+      redis.call('SET', KEYS[2], '+' .. (value or '0'), 'KEEPTTL')
+    else
+      redis.call('SET', KEYS[2], '+' .. (value or '0'), 'PX', math.max(life, keep))
+    end
+  end
+  -- Only a leasehold token gets the marker: a foreign value stays as it is.
+  if holder and not holder_marked and string.find(holder, '^' .. string.rep('%x', 32) .. ':') then
+    redis.call('SET', KEYS[1], '+' .. holder, 'KEEPTTL')
   end
 end
 return sleep

@@ -3,7 +3,7 @@
 -- lock, so that any later majority sees a counter at least this high.
 --
 -- KEYS[1]  the lock key (string: owner token)
--- KEYS[2]  the fence key (integer counter)
+-- KEYS[2]  the fence key (integer counter, maybe with the line marker)
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  the fencing token issued for this acquisition
 -- ARGV[3]  how long the fence key outlives an acquisition, in milliseconds
@@ -14,14 +14,19 @@ local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return -1
 end
-if holder ~= ARGV[1] then
+if holder ~= ARGV[1] and holder ~= '+' .. ARGV[1] then
   return 0
 end
 local current = typed('GET', KEYS[2])
 if type(current) == 'table' and current.err then
   return -1
 end
+-- Keep the line marker ('+' in front, see acquire.lua) if there is one.
+local mark = ''
+if current and string.byte(current, 1) == 43 then
+  mark, current = '+', string.sub(current, 2)
+end
 if (tonumber(current) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], mark .. ARGV[2], 'PX', ARGV[3])
 end
 return 1

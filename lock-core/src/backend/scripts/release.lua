@@ -1,6 +1,7 @@
 -- Give a lock back, only if it is still ours, and tell who is next.
 --
--- KEYS[1]  the lock key (string: owner token)
+-- KEYS[1]  the lock key (string: owner token; '+' in front of it when
+--          someone may wait in line, see acquire.lua)
 -- KEYS[2]  the line of waiting tokens (list, first come first served)
 -- KEYS[3]  the waiters' places (hash: token -> until when, in server ms)
 -- ARGV[1]  the caller's owner token
@@ -22,6 +23,8 @@
 -- (With a keep, the woken waiter finds the lock still taken and learns when
 -- it ends.)
 --
+-- Nobody in line (no marker): two commands, GET and DEL.
+--
 -- Returns next   (a string) released, and next is the first in line
 --         1      released (nobody in line, or a keep)
 --         0      not ours (expired, or another owner's)
@@ -32,8 +35,12 @@ local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return -1
 end
+local lined = false
 if holder ~= ARGV[1] then
-  return 0
+  if type(holder) ~= 'string' or holder ~= '+' .. ARGV[1] then
+    return 0
+  end
+  lined = true
 end
 
 local keep = tonumber(ARGV[2])
@@ -42,7 +49,7 @@ if keep > 0 then
 else
   redis.call('DEL', KEYS[1])
 end
-local next = typed('LINDEX', KEYS[2], '0')
+local next = lined and typed('LINDEX', KEYS[2], '0')
 if type(next) ~= 'string' then
   if ARGV[5] == '1' then
     redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])

@@ -1,6 +1,7 @@
 -- Renew many leases at once (the watchdog's batch) or one (extend).
 --
--- KEYS[i]       the lock key of lease i
+-- KEYS[i]       the lock key of lease i (the owner token, with '+' in front
+--               when someone may wait in line: see acquire.lua)
 -- ARGV[2i - 1]  the owner token of lease i
 -- ARGV[2i]      the new lease length of lease i, in milliseconds (counted from now)
 --
@@ -15,7 +16,7 @@ for i = 1, #KEYS do
   local holder = typed('GET', KEYS[i])
   if type(holder) == 'table' and holder.err then
     result[i] = -1
-  elseif holder == ARGV[2 * i - 1] then
+  elseif holder == ARGV[2 * i - 1] or holder == '+' .. ARGV[2 * i - 1] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     result[i] = 1
   else
