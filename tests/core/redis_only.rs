@@ -421,12 +421,7 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let waiter = LockClient::connect(&server.url()).await.unwrap();
-    let guard = holder
-        .lock("line")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held_30s(&holder, "line").await;
     let err = waiter
         .lock("line")
         .wait(Duration::from_millis(200))
@@ -448,6 +443,16 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
 
 /// Puts a waiter that took a place and then died first in `key`'s line
 /// (by hand, as a crashed process leaves it); its place lapses in `lapse`.
+/// A lock held with a 30 s lease: it stays held for the whole test.
+async fn held_30s(client: &LockClient, key: &str) -> leasehold::LockGuard {
+    client
+        .lock(key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+}
+
 fn dead_waiter_first_in_line(server: &RedisServer, key: &str, lapse: Duration) {
     let now_ms = match server.cmd(&["TIME"]) {
         redis::Value::Array(v) => match (&v[0], &v[1]) {
@@ -480,12 +485,7 @@ async fn a_newcomer_does_not_take_a_free_lock_kept_for_the_line() {
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let waiter = LockClient::connect(&server.url()).await.unwrap();
     let newcomer = LockClient::connect(&server.url()).await.unwrap();
-    let guard = holder
-        .lock("queue")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held_30s(&holder, "queue").await;
     let first_fence = guard.fencing_token();
     dead_waiter_first_in_line(&server, "queue", Duration::from_millis(1500));
     let task = tokio::spawn(async move {
@@ -537,12 +537,7 @@ async fn a_crashed_waiter_first_in_line_stalls_the_lock_only_until_its_place_lap
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let waiter = LockClient::connect(&server.url()).await.unwrap();
-    let guard = holder
-        .lock("ghost")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held_30s(&holder, "ghost").await;
     // A waiter that took a place and then died: its place lapses in 800 ms.
     dead_waiter_first_in_line(&server, "ghost", Duration::from_millis(800));
     let w = waiter.clone();
@@ -598,12 +593,7 @@ async fn connect_fails_with_the_servers_own_words() {
 async fn the_first_command_after_a_restart_is_resent() {
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let guard = client
-        .lock("kept")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = held_30s(&client, "kept").await;
     server.restart();
     guard
         .extend(Duration::from_secs(30))
@@ -639,12 +629,7 @@ async fn a_release_announces_only_when_someone_waits_in_line() {
     // Someone waits in line (another client): the release names it, and it
     // gets the lock without waiting for the lease to run out.
     let other = LockClient::connect(&server.url()).await.unwrap();
-    let held = client
-        .lock("quiet")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let held = held_30s(&client, "quiet").await;
     let waiter = tokio::spawn(async move {
         let started = Instant::now();
         // The lease is 30 s, the wait 10 s: only the release can end it.
