@@ -441,8 +441,6 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
     );
 }
 
-/// Puts a waiter that took a place and then died first in `key`'s line
-/// (by hand, as a crashed process leaves it); its place lapses in `lapse`.
 /// A lock held with a 30 s lease: it stays held for the whole test.
 async fn held_30s(client: &LockClient, key: &str) -> leasehold::LockGuard {
     client
@@ -453,6 +451,14 @@ async fn held_30s(client: &LockClient, key: &str) -> leasehold::LockGuard {
         .unwrap()
 }
 
+/// Whether one try takes `key` now (a guard taken is dropped, given back
+/// in the background).
+async fn takes_it_now(client: &LockClient, key: &str) -> bool {
+    client.lock(key).try_acquire().await.unwrap().is_some()
+}
+
+/// Puts a waiter that took a place and then died first in `key`'s line
+/// (by hand, as a crashed process leaves it); its place lapses in `lapse`.
 fn dead_waiter_first_in_line(server: &RedisServer, key: &str, lapse: Duration) {
     let now_ms = match server.cmd(&["TIME"]) {
         redis::Value::Array(v) => match (&v[0], &v[1]) {
@@ -502,12 +508,7 @@ async fn a_newcomer_does_not_take_a_free_lock_kept_for_the_line() {
     guard.release().await.unwrap();
     assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{queue}:lock"])), 0);
     assert!(
-        newcomer
-            .lock("queue")
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
+        !takes_it_now(&newcomer, "queue").await,
         "a newcomer took the lock kept for the first in line"
     );
     let got = task
@@ -516,12 +517,7 @@ async fn a_newcomer_does_not_take_a_free_lock_kept_for_the_line() {
         .expect("the waiter gets the lock once the dead one's place lapses");
     assert!(got.fencing_token() > first_fence);
     assert!(
-        newcomer
-            .lock("queue")
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
+        !takes_it_now(&newcomer, "queue").await,
         "a newcomer took the waiter's lock"
     );
     got.release().await.unwrap();

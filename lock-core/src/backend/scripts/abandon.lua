@@ -15,7 +15,7 @@
 
 local held = 0
 local holder = typed('GET', KEYS[1])
-if holder == ARGV[1] or holder == '+' .. ARGV[1] then
+if unmarked(holder) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   held = 1
 end

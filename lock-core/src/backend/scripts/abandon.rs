@@ -6,8 +6,12 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 
-/// The script's source as Redis runs it (with the shared helper first).
-pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("abandon.lua"));
+/// The script's source as Redis runs it (with the shared helpers first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("marker.lua"),
+    include_str!("abandon.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

@@ -17,10 +17,11 @@
 --          otherwise this number (Redlock sends its client's clock, the same
 --          to every node, so that nodes in step issue the same token)
 --
--- The line marker: a '+' in front of the fence key's value (and of the lock
--- key's token) says that someone may wait in line. A free lock whose fence
--- key has no marker is taken without looking at the line: that is the
--- common case, and it costs three commands (SET NX, TIME, SET .. GET).
+-- The line marker (marker.lua): a '+' in front of the fence key's value
+-- (and of the lock key's token) says that someone may wait in line. A free
+-- lock whose fence key has no marker is taken without looking at the line:
+-- that is the common case, and it costs three commands (SET NX, TIME,
+-- SET .. GET).
 --  * Whenever the line is not empty, the fence key exists, carries the
 --    marker and lives at least as long as the line (a waiter sees to it
 --    each time it takes or keeps its place).
@@ -28,9 +29,7 @@
 --    token carries the marker too, so release.lua looks at the line (and
 --    wakes the next) only then.
 -- A marker may outlive the line (a waiter left): the next acquisition looks
--- at the line once and writes the fence without it. Owner tokens start with
--- a hex digit and fencing tokens with a decimal one, so the marker is never
--- part of a value.
+-- at the line once and writes the fence without it.
 --
 -- Returns fence     (a string: the fencing token, in decimal) acquired, or
 --                   already ours (a retried call after a lost reply)
@@ -41,7 +40,6 @@
 -- reply field by field, which showed in its CPU time.)
 
 local token = ARGV[1]
-local MARK = 43 -- '+'
 
 local clock
 local function now_ms()
@@ -49,14 +47,6 @@ local function now_ms()
     clock = redis.call('TIME')
   end
   return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-end
-
--- A value without its line marker, and whether it had one.
-local function unmarked(value)
-  if type(value) == 'string' and string.byte(value, 1) == MARK then
-    return string.sub(value, 2), true
-  end
-  return value, false
 end
 
 -- The first in line whose place is still kept (the caller's own place
@@ -147,8 +137,7 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   end
   -- Someone may wait in line: the lock is ours only if nobody waits
   -- before us.
-  head = first_in_line()
-  if head and head ~= token then
+  if line_head() and head ~= token then
     -- Undo our writes (the counter goes back as it was).
     redis.call('DEL', KEYS[1])
     mark_fence(last)

@@ -9,8 +9,12 @@ use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
-/// The script's source as Redis runs it (with the shared helper first).
-pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("acquire.lua"));
+/// The script's source as Redis runs it (with the shared helpers first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("marker.lua"),
+    include_str!("acquire.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

@@ -23,10 +23,7 @@ end
 if not holder then
   return {0, false, false}
 end
--- The token without the line marker ('+' in front, see acquire.lua).
-if string.byte(holder, 1) == 43 then
-  holder = string.sub(holder, 2)
-end
+holder = unmarked(holder)
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[3], holder, 'PX', math.max(pttl, tonumber(ARGV[3])))

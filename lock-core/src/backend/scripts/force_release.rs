@@ -8,8 +8,11 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 use crate::backend::connect::millis;
 
-/// The script's source as Redis runs it.
-pub(super) const SOURCE: &str = include_str!("force_release.lua");
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("marker.lua"),
+    include_str!("force_release.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

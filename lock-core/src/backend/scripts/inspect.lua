@@ -44,11 +44,4 @@ if #line > 0 then
     end
   end
 end
--- Without the line markers ('+' in front, see acquire.lua).
-if string.byte(holder, 1) == 43 then
-  holder = string.sub(holder, 2)
-end
-if fence and string.byte(fence, 1) == 43 then
-  fence = string.sub(fence, 2)
-end
-return {holder, pttl, fence or '0', waiters}
+return {unmarked(holder), pttl, unmarked(fence) or '0', waiters}

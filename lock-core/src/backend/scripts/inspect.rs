@@ -8,8 +8,8 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::{Inspected, LockKeys};
 
-/// The script's source as Redis runs it.
-pub(super) const SOURCE: &str = include_str!("inspect.lua");
+/// The script's source as Redis runs it (with the shared helper first).
+pub(super) const SOURCE: &str = concat!(include_str!("marker.lua"), include_str!("inspect.lua"));
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

@@ -14,19 +14,16 @@ local holder = typed('GET', KEYS[1])
 if type(holder) == 'table' and holder.err then
   return -1
 end
-if holder ~= ARGV[1] and holder ~= '+' .. ARGV[1] then
+if unmarked(holder) ~= ARGV[1] then
   return 0
 end
 local current = typed('GET', KEYS[2])
 if type(current) == 'table' and current.err then
   return -1
 end
--- Keep the line marker ('+' in front, see acquire.lua) if there is one.
-local mark = ''
-if current and string.byte(current, 1) == 43 then
-  mark, current = '+', string.sub(current, 2)
-end
-if (tonumber(current) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], mark .. ARGV[2], 'PX', ARGV[3])
+-- Keep the line marker if there is one.
+local last, marked = unmarked(current)
+if (tonumber(last) or 0) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], (marked and '+' or '') .. ARGV[2], 'PX', ARGV[3])
 end
 return 1

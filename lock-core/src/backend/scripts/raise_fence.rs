@@ -8,8 +8,12 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, LockKeys, Owned};
 
-/// The script's source as Redis runs it (with the shared helper first).
-pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("raise_fence.lua"));
+/// The script's source as Redis runs it (with the shared helpers first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("marker.lua"),
+    include_str!("raise_fence.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

@@ -31,16 +31,12 @@
 --         -1     wrong type
 -- (Plain values, not a table: Redis converts a table reply field by field.)
 
-local holder = typed('GET', KEYS[1])
+local holder, lined = unmarked(typed('GET', KEYS[1]))
 if type(holder) == 'table' and holder.err then
   return -1
 end
-local lined = false
 if holder ~= ARGV[1] then
-  if type(holder) ~= 'string' or holder ~= '+' .. ARGV[1] then
-    return 0
-  end
-  lined = true
+  return 0
 end
 
 local keep = tonumber(ARGV[2])

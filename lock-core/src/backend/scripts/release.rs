@@ -9,8 +9,12 @@ use super::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 
-/// The script's source as Redis runs it (with the shared helper first).
-pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("release.lua"));
+/// The script's source as Redis runs it (with the shared helpers first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("marker.lua"),
+    include_str!("release.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

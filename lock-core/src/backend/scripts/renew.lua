@@ -16,7 +16,7 @@ for i = 1, #KEYS do
   local holder = typed('GET', KEYS[i])
   if type(holder) == 'table' and holder.err then
     result[i] = -1
-  elseif holder == ARGV[2 * i - 1] or holder == '+' .. ARGV[2 * i - 1] then
+  elseif unmarked(holder) == ARGV[2 * i - 1] then
     redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     result[i] = 1
   else

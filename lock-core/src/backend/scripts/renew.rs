@@ -6,8 +6,12 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 
-/// The script's source as Redis runs it (with the shared helper first).
-pub(super) const SOURCE: &str = concat!(include_str!("typed.lua"), include_str!("renew.lua"));
+/// The script's source as Redis runs it (with the shared helpers first).
+pub(super) const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("marker.lua"),
+    include_str!("renew.lua")
+);
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
