@@ -17,6 +17,7 @@ mod stats;
 #[path = "../../../tests/support/mod.rs"]
 mod support;
 
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use adapters::Kind;
@@ -28,7 +29,7 @@ use support::RedisServer;
 #[global_allocator]
 static ALLOCATOR: stats::Counting = stats::Counting;
 
-const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
 
 struct Args {
     quick: bool,
@@ -161,6 +162,7 @@ fn main() {
     let medians = report::medians(&rows);
     println!("{}", report::table(&medians));
     println!("{}", report::checks_text(&checks(&medians)));
+    println!("{}", floor_text(&medians));
     let path = report::jsonl_path();
     match report::write_jsonl(&medians, &path) {
         Ok(n) => println!("\nwrote {n} records to {}", path.display()),
@@ -305,6 +307,89 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
         flush();
     }
     rows
+}
+
+/// Where S1's and S2's gap to raw lies, from the hand-sent floors (see
+/// `adapters/raw.rs`): raw-fenced x raw is what a fencing token that
+/// survives data loss costs at the least; raw-scripts x raw what leasehold's
+/// scripts cost; leasehold x raw-scripts what the library adds around them.
+fn floor_text(rows: &[Row]) -> String {
+    let get = |scenario: &str, imp: &str| -> Option<&Record> {
+        rows.iter().find_map(|r| match r {
+            Row::Ok(rec) if rec.scenario == scenario && rec.imp == imp => Some(rec),
+            _ => None,
+        })
+    };
+    let mut out = String::from(
+        "\nScripts vs library (raw-fenced: SET NX + the least fencing script; \
+         raw-scripts: leasehold's own scripts; both sent by raw's client)\n",
+    );
+    let mut any = false;
+    for (scenario, name) in [("S1 uncontended", "S1"), ("S2 parallel", "S2")] {
+        let Some(raw) = get(scenario, "raw") else {
+            continue;
+        };
+        let present: Vec<&Record> = ["raw", "raw-fenced", "raw-scripts", "leasehold"]
+            .iter()
+            .filter_map(|imp| get(scenario, imp))
+            .collect();
+        if present.len() < 2 {
+            continue;
+        }
+        any = true;
+        let ratios: Vec<String> = present[1..]
+            .iter()
+            .map(|r| format!("{} {:.2}", r.imp, r.ops_per_s / raw.ops_per_s))
+            .collect();
+        let library = match (get(scenario, "leasehold"), get(scenario, "raw-scripts")) {
+            (Some(lh), Some(scripts)) => format!(
+                "; leasehold {:.2} x raw-scripts",
+                lh.ops_per_s / scripts.ops_per_s
+            ),
+            _ => String::new(),
+        };
+        let per_pair = |field: &str| -> String {
+            present
+                .iter()
+                .map(|r| format!("{} {:.1}", r.imp, r.get_f64(field).unwrap_or(f64::NAN)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  {name}  pairs/s x raw: {}{library}\n      Redis CPU per pair, us: {}\n      client CPU per pair, us: {}",
+            ratios.join(", "),
+            per_pair("server_us_per_pair"),
+            per_pair("client_cpu_us_per_pair"),
+        );
+    }
+    // S7's taking phase: the same 64 tasks taking fresh leases, no release.
+    let taking: Vec<&Record> = ["raw", "raw-fenced", "raw-scripts", "leasehold"]
+        .iter()
+        .filter_map(|imp| get("S7 renewal", imp))
+        .collect();
+    let best_peer = ["rslock", "rlock", "async-redis-lock"]
+        .iter()
+        .filter_map(|imp| get("S7 renewal", imp))
+        .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    if let (false, Some(best)) = (taking.is_empty(), best_peer) {
+        any = true;
+        let rates: Vec<String> = taking
+            .iter()
+            .map(|r| format!("{} {:.2}", r.imp, r.ops_per_s / best.ops_per_s))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  S7  taking the leases, acquisitions/s x best peer ({} {:.0}/s): {}",
+            best.imp,
+            best.ops_per_s,
+            rates.join(", ")
+        );
+    }
+    if !any {
+        out.push_str("  not measured (needs raw and a floor or leasehold in S1, S2 or S7)\n");
+    }
+    out
 }
 
 /// The issue's targets, against the median rows.

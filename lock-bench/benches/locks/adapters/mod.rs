@@ -14,6 +14,8 @@ pub mod rslock;
 
 use std::time::Duration;
 
+use raw::Commands;
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Res<T> = Result<T, BoxError>;
 
@@ -21,6 +23,10 @@ pub type Res<T> = Result<T, BoxError>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Raw,
+    /// raw's client taking locks with a minimal fenced script (see `raw.rs`).
+    RawFenced,
+    /// raw's client sending leasehold's scripts (see `raw.rs`).
+    RawScripts,
     Leasehold,
     Rslock,
     Rlock,
@@ -28,8 +34,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Raw,
+        Kind::RawFenced,
+        Kind::RawScripts,
         Kind::Leasehold,
         Kind::Rslock,
         Kind::Rlock,
@@ -39,6 +47,8 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Raw => "raw",
+            Kind::RawFenced => "raw-fenced",
+            Kind::RawScripts => "raw-scripts",
             Kind::Leasehold => "leasehold",
             Kind::Rslock => "rslock",
             Kind::Rlock => "rlock",
@@ -50,18 +60,21 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// One of the hand-sent floors (`raw.rs`), not a library.
+    pub fn is_raw(self) -> bool {
+        matches!(self, Kind::Raw | Kind::RawFenced | Kind::RawScripts)
+    }
+
     /// Why this implementation cannot wait for a busy lock, if it cannot.
     pub fn no_wait(self) -> Option<&'static str> {
-        match self {
-            Kind::Raw => Some("raw SET NX has no waiting policy of its own"),
-            _ => None,
-        }
+        self.is_raw()
+            .then_some("raw has no waiting policy of its own")
     }
 
     /// How this implementation waits, for the table's notes.
     pub fn wait_policy(self) -> &'static str {
         match self {
-            Kind::Raw => "none",
+            Kind::Raw | Kind::RawFenced | Kind::RawScripts => "none",
             Kind::Leasehold => "woken by release (pub/sub) or holder's expiry",
             Kind::Rslock => "polls: 3 tries, random 0-200 ms apart, then again",
             Kind::Rlock => "polls every 100 ms",
@@ -71,10 +84,7 @@ impl Kind {
 
     /// Why this implementation has no background renewal, if it has none.
     pub fn no_renewal(self) -> Option<&'static str> {
-        match self {
-            Kind::Raw => Some("raw has no renewal"),
-            _ => None,
-        }
+        self.is_raw().then_some("raw has no renewal")
     }
 }
 
@@ -128,7 +138,13 @@ impl Adapter {
     pub async fn connect(kind: Kind, urls: &[String], settings: Settings) -> Res<Adapter> {
         let first = urls.first().ok_or("no Redis URL")?;
         Ok(match kind {
-            Kind::Raw => Adapter::Raw(raw::Raw::connect(first, settings).await?),
+            Kind::Raw => Adapter::Raw(raw::Raw::connect(first, settings, Commands::SetNx).await?),
+            Kind::RawFenced => {
+                Adapter::Raw(raw::Raw::connect(first, settings, Commands::Fenced).await?)
+            }
+            Kind::RawScripts => {
+                Adapter::Raw(raw::Raw::connect(first, settings, Commands::Leasehold).await?)
+            }
             Kind::Leasehold => {
                 Adapter::Leasehold(leasehold::Leasehold::connect(urls, settings).await?)
             }
@@ -192,6 +208,7 @@ impl Adapter {
     /// The Redis key that holds lock `key` (on one node).
     pub fn redis_key(&self, key: &str) -> String {
         match self {
+            Adapter::Raw(a) => a.redis_key(key),
             Adapter::Leasehold(_) => format!("leasehold:{{{key}}}:lock"),
             _ => key.to_owned(),
         }

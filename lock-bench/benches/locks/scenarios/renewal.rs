@@ -2,6 +2,10 @@
 //! library's own mechanism, count the script calls Redis sees per renewal
 //! period (ttl/3 = 1 s) and the client's CPU time, and check that every
 //! lease is still held at the end.
+//!
+//! The hand-sent floors (raw, raw-fenced, raw-scripts) have no renewal:
+//! they take the leases the same way (the taking rate to compare with) and
+//! give them back at once (`taking_only`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +23,7 @@ const PERIOD: Duration = Duration::from_secs(1);
 const TAKERS: usize = 64;
 
 pub async fn s7(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Row {
-    if let Some(reason) = kind.no_renewal() {
+    if let Some(reason) = kind.no_renewal().filter(|_| !kind.is_raw()) {
         return Row::na(scenario, kind.name(), reason);
     }
     match run(ctx, scenario, kind, rep).await {
@@ -30,7 +34,7 @@ pub async fn s7(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Row {
 
 async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
     let settings = Settings {
-        renew: true,
+        renew: !kind.is_raw(),
         ..Settings::plain(TTL)
     };
     let adapter = Arc::new(ctx.adapter(kind, settings).await?);
@@ -68,6 +72,19 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
     drop(acquire);
     let heap_per_lease = (live_heap_bytes() - heap_before) as f64 / leases as f64;
     let rss_per_lease = (resident_bytes() - rss_before) as f64 / leases as f64;
+    let taken = Record::new(
+        scenario,
+        kind.name(),
+        acquire_rate,
+        acquire_p50,
+        acquire_p99,
+    )
+    .with("heap_bytes_per_lease", Value::F(heap_per_lease))
+    .with("leases_taken", Value::I(leases as i64));
+    if kind.is_raw() {
+        give_back(&adapter, held).await?;
+        return Ok(taken.with("taking_only", Value::B(true)));
+    }
 
     // Hold them.
     let server = ctx.main();
@@ -106,9 +123,35 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
         on_redis += n;
     }
 
-    // Give them back.
+    give_back(&adapter, held).await?;
+    adapter.shutdown().await;
+
+    let all_held = client_held == leases && on_redis == leases as u64;
+    Ok(taken
+        .with("rss_bytes_per_lease", Value::F(rss_per_lease))
+        .with("leases", Value::I(on_redis.min(client_held as u64) as i64))
+        .with("all_held", Value::B(all_held))
+        .with("commands_per_period", Value::F(evalsha as f64 / periods))
+        .with(
+            "all_commands_per_period",
+            Value::F(commands as f64 / periods),
+        )
+        .with(
+            "top_commands_per_period",
+            Value::S(super::top_commands(&stats, periods)),
+        )
+        .with("cpu_ms", Value::F(cpu.as_secs_f64() * 1e3))
+        .with(
+            "cpu_pct_of_core",
+            Value::F(100.0 * cpu.as_secs_f64() / hold.as_secs_f64()),
+        )
+        .with("hold_s", Value::F(hold.as_secs_f64())))
+}
+
+/// Release every held lease, TAKERS at a time.
+async fn give_back(adapter: &Arc<Adapter>, mut held: Vec<Held>) -> Res<()> {
     let mut handles = Vec::new();
-    let per = leases.div_ceil(TAKERS).max(1);
+    let per = held.len().div_ceil(TAKERS).max(1);
     while !held.is_empty() {
         let part: Vec<Held> = held.drain(..per.min(held.len())).collect();
         let adapter = adapter.clone();
@@ -122,34 +165,5 @@ async fn run(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Res<Record> {
     for h in handles {
         h.await??;
     }
-    adapter.shutdown().await;
-
-    let all_held = client_held == leases && on_redis == leases as u64;
-    Ok(Record::new(
-        scenario,
-        kind.name(),
-        acquire_rate,
-        acquire_p50,
-        acquire_p99,
-    )
-    .with("heap_bytes_per_lease", Value::F(heap_per_lease))
-    .with("rss_bytes_per_lease", Value::F(rss_per_lease))
-    .with("leases", Value::I(on_redis.min(client_held as u64) as i64))
-    .with("leases_taken", Value::I(leases as i64))
-    .with("all_held", Value::B(all_held))
-    .with("commands_per_period", Value::F(evalsha as f64 / periods))
-    .with(
-        "all_commands_per_period",
-        Value::F(commands as f64 / periods),
-    )
-    .with(
-        "top_commands_per_period",
-        Value::S(super::top_commands(&stats, periods)),
-    )
-    .with("cpu_ms", Value::F(cpu.as_secs_f64() * 1e3))
-    .with(
-        "cpu_pct_of_core",
-        Value::F(100.0 * cpu.as_secs_f64() / hold.as_secs_f64()),
-    )
-    .with("hold_s", Value::F(hold.as_secs_f64())))
+    Ok(())
 }
