@@ -314,12 +314,7 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
 /// survives data loss costs at the least; raw-scripts x raw what leasehold's
 /// scripts cost; leasehold x raw-scripts what the library adds around them.
 fn floor_text(rows: &[Row]) -> String {
-    let get = |scenario: &str, imp: &str| -> Option<&Record> {
-        rows.iter().find_map(|r| match r {
-            Row::Ok(rec) if rec.scenario == scenario && rec.imp == imp => Some(rec),
-            _ => None,
-        })
-    };
+    let get = |scenario: &str, imp: &str| report::find(rows, scenario, imp);
     let mut out = String::from(
         "\nScripts vs library (raw-fenced: SET NX + the least fencing script; \
          raw-scripts: leasehold's own scripts; both sent by raw's client)\n",
@@ -368,7 +363,7 @@ fn floor_text(rows: &[Row]) -> String {
         .iter()
         .filter_map(|imp| get("S7 renewal", imp))
         .collect();
-    let best_peer = ["rslock", "rlock", "async-redis-lock"]
+    let best_peer = report::PEERS
         .iter()
         .filter_map(|imp| get("S7 renewal", imp))
         .max_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
@@ -394,14 +389,9 @@ fn floor_text(rows: &[Row]) -> String {
 
 /// The issue's targets, against the median rows.
 fn checks(rows: &[Row]) -> Vec<Check> {
-    let get = |scenario: &str, imp: &str| -> Option<&Record> {
-        rows.iter().find_map(|r| match r {
-            Row::Ok(rec) if rec.scenario == scenario && rec.imp == imp => Some(rec),
-            _ => None,
-        })
-    };
+    let get = |scenario: &str, imp: &str| report::find(rows, scenario, imp);
     let peers = |scenario: &str| -> Vec<&Record> {
-        ["rslock", "rlock", "async-redis-lock"]
+        report::PEERS
             .iter()
             .filter_map(|p| get(scenario, p))
             .collect()

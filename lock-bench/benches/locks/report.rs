@@ -315,8 +315,19 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The peer crates measured, by implementation name.
+pub const PEERS: [&str; 3] = ["rslock", "rlock", "async-redis-lock"];
+
+/// The measured row of `imp` in `scenario`, if it ran.
+pub fn find<'a>(rows: &'a [Row], scenario: &str, imp: &str) -> Option<&'a Record> {
+    rows.iter().find_map(|r| match r {
+        Row::Ok(rec) if rec.scenario == scenario && rec.imp == imp => Some(rec),
+        _ => None,
+    })
+}
+
 fn is_peer_name(imp: &str) -> bool {
-    ["rslock", "rlock", "async-redis-lock"]
+    PEERS
         .iter()
         .any(|p| imp == *p || imp.starts_with(&format!("{p} ")))
 }

@@ -81,11 +81,12 @@ impl Kind {
             Kind::AsyncRedisLock => "polls every 100 ms",
         }
     }
+}
 
-    /// Why this implementation has no background renewal, if it has none.
-    pub fn no_renewal(self) -> Option<&'static str> {
-        self.is_raw().then_some("raw has no renewal")
-    }
+/// One of the Redis keys of lock `name` in leasehold's layout (default
+/// prefix): `part` is `lock`, `fence`, `line`, `places` or `released`.
+pub fn leasehold_key(name: &str, part: &str) -> String {
+    format!("{}{{{name}}}:{part}", ::leasehold::DEFAULT_PREFIX)
 }
 
 /// How to configure a lock.
@@ -209,7 +210,7 @@ impl Adapter {
     pub fn redis_key(&self, key: &str) -> String {
         match self {
             Adapter::Raw(a) => a.redis_key(key),
-            Adapter::Leasehold(_) => format!("leasehold:{{{key}}}:lock"),
+            Adapter::Leasehold(_) => leasehold_key(key, "lock"),
             _ => key.to_owned(),
         }
     }

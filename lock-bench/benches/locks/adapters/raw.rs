@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
-use super::{Res, Settings};
+use super::{Res, Settings, leasehold_key};
 
 /// Which commands take and give back the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,22 +55,12 @@ return floor",
     )
 });
 
-/// leasehold's scripts, for `raw-scripts` (each with its prelude, as
-/// lock-core's `scripts/mod.rs` puts them together).
-static LEASEHOLD_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../../../lock-core/src/backend/scripts/typed.lua"),
-        include_str!("../../../../lock-core/src/backend/scripts/marker.lua"),
-        include_str!("../../../../lock-core/src/backend/scripts/acquire.lua")
-    ))
-});
-static LEASEHOLD_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../../../lock-core/src/backend/scripts/typed.lua"),
-        include_str!("../../../../lock-core/src/backend/scripts/marker.lua"),
-        include_str!("../../../../lock-core/src/backend/scripts/release.lua")
-    ))
-});
+/// leasehold's scripts, for `raw-scripts`: the very sources leasehold
+/// sends (helpers included).
+static LEASEHOLD_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(leasehold::__private::ACQUIRE_SOURCE));
+static LEASEHOLD_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(leasehold::__private::RELEASE_SOURCE));
 
 /// How long a fence key outlives an acquisition: leasehold's (ttl + 1 h).
 const FENCE_MEMORY_MS: u64 = 3_600_000;
@@ -120,7 +110,7 @@ impl Raw {
     /// The Redis key that holds lock `key`.
     pub fn redis_key(&self, key: &str) -> String {
         match self.commands {
-            Commands::Leasehold => format!("leasehold:{{{key}}}:lock"),
+            Commands::Leasehold => leasehold_key(key, "lock"),
             _ => key.to_owned(),
         }
     }
@@ -156,9 +146,9 @@ impl Raw {
                 // The fence (a string) when taken; busy or wrong type otherwise.
                 let reply: redis::Value = LEASEHOLD_ACQUIRE
                     .key(self.redis_key(key))
-                    .key(format!("leasehold:{{{key}}}:fence"))
-                    .key(format!("leasehold:{{{key}}}:line"))
-                    .key(format!("leasehold:{{{key}}}:places"))
+                    .key(leasehold_key(key, "fence"))
+                    .key(leasehold_key(key, "line"))
+                    .key(leasehold_key(key, "places"))
                     .arg(&token)
                     .arg(self.ttl_ms)
                     .arg(self.ttl_ms + FENCE_MEMORY_MS)
@@ -186,11 +176,11 @@ impl Raw {
             // 1, or the next in line (a string): released.
             let reply: redis::Value = LEASEHOLD_RELEASE
                 .key(self.redis_key(key))
-                .key(format!("leasehold:{{{key}}}:line"))
-                .key(format!("leasehold:{{{key}}}:places"))
+                .key(leasehold_key(key, "line"))
+                .key(leasehold_key(key, "places"))
                 .arg(&held.token)
                 .arg(0)
-                .arg(format!("leasehold:{{{key}}}:released"))
+                .arg(leasehold_key(key, "released"))
                 .arg("PUBLISH")
                 .arg(0)
                 .invoke_async(&mut conn)

@@ -23,9 +23,6 @@ const PERIOD: Duration = Duration::from_secs(1);
 const TAKERS: usize = 64;
 
 pub async fn s7(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize) -> Row {
-    if let Some(reason) = kind.no_renewal().filter(|_| !kind.is_raw()) {
-        return Row::na(scenario, kind.name(), reason);
-    }
     match run(ctx, scenario, kind, rep).await {
         Ok(record) => Row::Ok(record),
         Err(e) => Row::failed(scenario, kind.name(), e),

@@ -10,7 +10,7 @@ use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
 /// The script's source as Redis runs it (with the shared helpers first).
-pub(super) const SOURCE: &str = concat!(
+pub const SOURCE: &str = concat!(
     include_str!("typed.lua"),
     include_str!("marker.lua"),
     include_str!("acquire.lua")

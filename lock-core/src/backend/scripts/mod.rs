@@ -23,10 +23,14 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
 pub(crate) use abandon::abandon;
+/// acquire.lua and release.lua as Redis runs them (helpers first): the
+/// benchmark's `raw-scripts` floor sends these by hand.
+pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use raise_fence::raise_fence;
+pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, release};
 pub(crate) use renew::renew;
 
