@@ -97,6 +97,26 @@ pub enum LockError {
         needed: usize,
     },
 
+    /// The lock cannot be granted now, although nothing is wrong with it or
+    /// with the setup: the server restarted or failed over and may have
+    /// lost a lease of this key that another client still relies on
+    /// (semantic 13 of the contract), or it is younger than
+    /// [`restart_grace`](crate::LockClientBuilder::restart_grace). Not
+    /// [`Busy`](LockError::Busy): an HTTP service answers 503, with
+    /// `Retry-After` from [`retry_after`](LockError::retry_after).
+    #[error("{server} grants no lock{} for now: {reason}{}", key_suffix(.key), reopens_note(.retry_after))]
+    Unavailable {
+        /// The lock's key, when the refusal concerned one lock.
+        key: Option<String>,
+        /// The server (credentials redacted).
+        server: String,
+        /// Why it grants nothing now.
+        reason: String,
+        /// When grants reopen, counted from when the error was made (`None`:
+        /// not known).
+        retry_after: Option<Duration>,
+    },
+
     /// Redlock could not get a majority of the masters to agree in time.
     #[error(
         "redlock quorum not reached{}: {reached} of {nodes} nodes agreed, {needed} needed{}",
@@ -162,6 +182,13 @@ fn key_suffix(key: &Option<String>) -> String {
     }
 }
 
+fn reopens_note(after: &Option<Duration>) -> String {
+    match after {
+        Some(after) => format!("; grants reopen in {:.1} s", after.as_secs_f64()),
+        None => String::new(),
+    }
+}
+
 fn validity_note(left: &Option<Duration>) -> &'static str {
     match left {
         Some(_) => " (a majority agreed, but the acquisition took longer than the lease)",
@@ -181,12 +208,15 @@ impl LockError {
     }
 
     /// `true` when the backend could not be reached, did not answer, or could
-    /// not replicate in time ([`LockError::Backend`], [`LockError::Quorum`],
-    /// [`LockError::ReplicaSync`]): retrying later may help.
+    /// not replicate in time, or grants nothing for now after a restart
+    /// ([`LockError::Backend`], [`LockError::Unavailable`],
+    /// [`LockError::Quorum`], [`LockError::ReplicaSync`]): retrying later
+    /// may help.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
             LockError::Backend { .. }
+                | LockError::Unavailable { .. }
                 | LockError::Quorum { .. }
                 | LockError::ReplicaSync { .. }
                 | LockError::Lost {
@@ -194,6 +224,29 @@ impl LockError {
                     ..
                 }
         )
+    }
+
+    /// How long to wait before trying again, when the error knows it: the
+    /// rest of a restart's grace ([`LockError::Unavailable`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::LockError;
+    ///
+    /// let err = LockError::Unavailable {
+    ///     key: Some("order:42".into()),
+    ///     server: "redis://cache:6379".into(),
+    ///     reason: "the server restarted".into(),
+    ///     retry_after: Some(Duration::from_secs(3)),
+    /// };
+    /// assert!(err.is_unavailable() && !err.is_busy());
+    /// assert_eq!(err.retry_after(), Some(Duration::from_secs(3)));
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 
     /// The lock's key, when the error concerns one lock.
@@ -204,7 +257,9 @@ impl LockError {
             | LockError::NotHeld { key }
             | LockError::WrongType { key, .. }
             | LockError::ReplicaSync { key, .. } => Some(key),
-            LockError::Backend { key, .. } | LockError::Quorum { key, .. } => key.as_deref(),
+            LockError::Backend { key, .. }
+            | LockError::Unavailable { key, .. }
+            | LockError::Quorum { key, .. } => key.as_deref(),
             LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
         }
     }
@@ -227,7 +282,9 @@ impl LockError {
 
     /// Attach the lock key to a backend error that did not know it.
     pub(crate) fn with_key(mut self, lock_key: &str) -> Self {
-        if let LockError::Backend { key, .. } | LockError::Quorum { key, .. } = &mut self
+        if let LockError::Backend { key, .. }
+        | LockError::Unavailable { key, .. }
+        | LockError::Quorum { key, .. } = &mut self
             && key.is_none()
         {
             *key = Some(lock_key.to_owned());

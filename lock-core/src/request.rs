@@ -337,6 +337,19 @@ impl LockRequest {
                     // `None`: a key without expiry, only a release ends it.
                     expires_in.unwrap_or(self.wait)
                 }
+                Err(error) if error.retry_after().is_some() => {
+                    // Closed for now after a restart or failover: wait for
+                    // the reopening if the budget reaches it (a release
+                    // seen meanwhile wakes us to look again), else say so.
+                    let reopens = Instant::now() + error.retry_after().unwrap_or_default();
+                    if reopens > deadline {
+                        return Err(error.with_key(&self.key));
+                    }
+                    if !waiter.is_listening() {
+                        waiter.listen().await.map_err(|e| e.with_key(&self.key))?;
+                    }
+                    reopens.saturating_duration_since(Instant::now())
+                }
                 Err(error) => {
                     // An ACL refusal is a setup mistake: retrying cannot help.
                     if Instant::now() + retry_delay >= deadline || is_acl_refusal(&error) {

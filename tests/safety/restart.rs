@@ -276,3 +276,183 @@ async fn a_restart_that_kept_the_lock_does_not_lose_it() {
     guard.release().await.expect("release after the restart");
     assert!(!exists(&server, &lock_name("persisted")));
 }
+
+/// `try_acquire` until the client has seen the restarted server (its first
+/// calls may meet the broken connection); the first reply that is not a
+/// connection error.
+async fn first_answer(
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+) -> Result<Option<leasehold::LockGuard>, LockError> {
+    let mut last = None;
+    for _ in 0..20 {
+        match client.lock(key).ttl(ttl).try_acquire().await {
+            Err(LockError::Backend { .. }) | Err(LockError::Lost { .. }) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+        last = Some(());
+    }
+    panic!("no answer from the restarted server ({last:?})");
+}
+
+/// Issue 22, item 1 (SPEC 13): a restart closes, per key, only what may be
+/// held unseen, and says so with an unavailable-class error. Before, every
+/// key was refused as `Busy` for the longest TTL ever asked (here an hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_closes_only_the_keys_that_may_be_held_unseen() {
+    let mut server = RedisServer::start();
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    let hour = Duration::from_secs(3600);
+    // A short lease asked for, and run out, before the restart.
+    let short = a
+        .lock("ran-out")
+        .ttl(Duration::from_millis(500))
+        .acquire()
+        .await;
+    short
+        .expect("a short lease")
+        .release()
+        .await
+        .expect("released");
+    // An hour-long lease, taken and released just before the restart.
+    let long = a
+        .lock("hour")
+        .ttl(hour)
+        .acquire()
+        .await
+        .expect("an hour lease");
+    long.release().await.expect("released");
+    // B holds `contended`; A was told busy, with a 3 s lease.
+    let _held = b
+        .lock("contended")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("B holds it");
+    let told = a
+        .lock("contended")
+        .ttl(Duration::from_secs(3))
+        .try_acquire()
+        .await;
+    assert!(matches!(told, Ok(None)), "{told:?}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    server.restart();
+    let restarted = Instant::now();
+
+    // Never asked for: granted at once, also with an hour-long lease.
+    let fresh = first_answer(&a, "fresh", hour).await;
+    assert!(
+        matches!(fresh, Ok(Some(_))),
+        "a key never asked for is refused after a restart: {fresh:?}"
+    );
+    // Asked for with a lease that ran out before the restart: granted.
+    let ran_out = a.lock("ran-out").ttl(hour).try_acquire().await;
+    assert!(matches!(ran_out, Ok(Some(_))), "{ran_out:?}");
+
+    // Asked for within its lease before the restart: unavailable, not busy,
+    // with when grants reopen.
+    for (key, lease) in [("contended", Duration::from_secs(3)), ("hour", hour)] {
+        let refused = a.lock(key).ttl(lease).try_acquire().await;
+        let Err(error) = refused else {
+            panic!(
+                "`{key}` (asked for within its lease before the restart) was not refused: {refused:?}"
+            );
+        };
+        assert!(error.is_unavailable() && !error.is_busy(), "{error:?}");
+        let after = error
+            .retry_after()
+            .expect("the refusal says when grants reopen");
+        assert!(
+            after <= lease && after + Duration::from_secs(2) >= lease,
+            "{key}: {after:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("restarted") && text.contains(key), "{text}");
+    }
+
+    // A waiter whose budget reaches the reopening gets `contended` then,
+    // not before.
+    let waited = a
+        .lock("contended")
+        .ttl(Duration::from_secs(3))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("granted when the 3 s lease asked before the restart could have run out");
+    assert!(
+        restarted.elapsed() >= Duration::from_secs(2),
+        "granted {:?} after the restart, while a peer's 3 s lease may still run",
+        restarted.elapsed()
+    );
+    waited.release().await.expect("release");
+}
+
+/// Issue 22, item 1: with AOF, a lock that survived the restart is seen
+/// there: the key is busy (not refused), and free for the others as soon as
+/// its holder releases it, not a lease later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_that_survived_a_restart_is_free_at_its_release() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let holder = connect(&server).await;
+    let other = connect(&server).await;
+    let ttl = Duration::from_secs(20);
+    let guard = holder
+        .lock("kept")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("holder");
+    assert!(matches!(
+        other.lock("kept").ttl(ttl).try_acquire().await,
+        Ok(None)
+    ));
+
+    server.restart();
+    assert!(exists(&server, &lock_name("kept")), "the AOF lost the lock");
+    let busy = first_answer(&other, "kept", ttl).await;
+    assert!(
+        matches!(busy, Ok(None)),
+        "a lock that survived must be busy, not refused: {busy:?}"
+    );
+
+    // A waiter from the other client, woken by the release.
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            other
+                .lock("kept")
+                .ttl(ttl)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    touch(&holder).await;
+    guard
+        .release()
+        .await
+        .expect("the holder releases on the restarted server");
+    let released = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not woken by the release")
+        .expect("waiter task");
+    assert!(
+        got.is_ok(),
+        "{got:?} ({:?} after the release)",
+        released.elapsed()
+    );
+    drop(got);
+    let again = other.lock("kept").ttl(ttl).try_acquire().await;
+    assert!(
+        !matches!(again, Err(ref e) if e.is_unavailable()),
+        "{again:?}"
+    );
+}

@@ -1,23 +1,36 @@
 //! The gate: what this client knows of a server's identity, and whether it
-//! may grant locks there now (SPEC 13, "data loss is detected, not
+//! may grant a lock there now (SPEC 13, "data loss is detected, not
 //! trusted").
+//!
+//! Its callers use three verbs: [`Gate::admit`] before an attempt (may this
+//! key be granted?), [`Gate::survived`] when the server shows that a key's
+//! state survived a change, and [`Gate::check`] when the connection is new.
+//! The states below stay inside this file.
 //!
 //! - **Eviction.** A server whose `maxmemory-policy` can evict keys
 //!   (`allkeys-*`, `volatile-*`: lock keys have TTLs) could drop a held lock
 //!   under memory pressure and let a second holder in. It is refused at
 //!   connect (and locks are refused if it turns up on a reconnect), unless
 //!   the client allows eviction, which then only warns once.
-//! - **Restarts.** The server's `run_id` is read at connect and after every
-//!   reconnection. A changed `run_id` means a restarted (or replaced) server:
-//!   it may have lost every lock. The gate then closes until the longest
-//!   lease this client has issued could have run out, and announces the
-//!   change so that held leases are checked at once.
+//! - **Restarts and failovers, per key.** The server's `run_id` is read at
+//!   connect and after every reconnection. A changed `run_id` (or a Sentinel
+//!   failover) means a server that may have lost locks held by other
+//!   clients, which still believe they hold them. The gate remembers, per
+//!   key, the leases this client asked for (granted or not) while they could
+//!   still run; at a change, each key asked for with a lease of `ttl` within
+//!   `ttl` before the change is closed until `ttl` after it (a peer running
+//!   the same code holds it with a similar lease). Other keys stay open. A
+//!   closed key opens early once the server shows that its state survived:
+//!   its lock key is there (looked at by the caller when [`Admission::Check`]
+//!   says so), or this client's lease on it was found or released there.
 //! - **Restart grace.** With `restart_grace(d)`, a server whose uptime is
 //!   below `d` grants nothing until it is `d` old: this covers clients that
 //!   never saw the restart (they connected afterwards).
 //!
+//! A refusal is [`LockError::Unavailable`] with the time left, never `Busy`.
 //! Read with `INFO` (not `CONFIG GET`, which managed services often disable).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -27,9 +40,12 @@ use redis::aio::ConnectionLike;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::backend::ServerChange;
 use crate::backend::connect::backend_error;
-use crate::backend::{Acquired, ServerChange};
 use crate::error::{LockError, LostCause};
+
+/// How many keys' asks are kept before the expired ones are swept out.
+const SWEEP_AT: usize = 1024;
 
 /// What the client was told about eviction and restarts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,8 +58,9 @@ pub(crate) struct Gate {
     server: String,
     policy: GatePolicy,
     state: Mutex<State>,
-    /// The longest lease issued through this client, in ms.
-    longest_lease: AtomicU64,
+    /// Some key is closed (a fast path for the hooks of every renewal and
+    /// release: nothing to do in the common case).
+    any_closed: AtomicBool,
     /// The server's identity was read on the current connection.
     verified: AtomicBool,
     /// Counts the disconnections of the command connection.
@@ -54,11 +71,31 @@ pub(crate) struct Gate {
 #[derive(Default)]
 struct State {
     run_id: Option<String>,
-    /// No grants before this instant.
-    closed_until: Option<Instant>,
+    /// No grants at all before this instant (the restart grace).
+    young_until: Option<Instant>,
+    /// Per key: the leases asked for that could still run (see the module
+    /// docs), as (lease, last asked).
+    asks: HashMap<String, Vec<(Duration, Instant)>>,
+    /// Keys asked for before a change, each closed until then, and why.
+    closed: HashMap<String, (Instant, LostCause)>,
+    /// The map size at which the next sweep of `asks` runs.
+    sweep_at: usize,
     /// Grants refused outright (an evicting server seen on a reconnect).
     refused: Option<LockError>,
     warned_eviction: bool,
+}
+
+/// Whether a key may be granted now.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Admission {
+    /// Yes.
+    Open,
+    /// No: the error to return (`LockError::Unavailable`, with the time left).
+    Closed(LockError),
+    /// Not unless the server shows that the key's state survived the last
+    /// change (its lock key is there): then call [`Gate::survived`] and go
+    /// on; otherwise return the error.
+    Check(LockError),
 }
 
 /// What `INFO` says that matters here.
@@ -74,8 +111,11 @@ impl Gate {
         Gate {
             server: server.to_owned(),
             policy,
-            state: Mutex::default(),
-            longest_lease: AtomicU64::new(0),
+            state: Mutex::new(State {
+                sweep_at: SWEEP_AT,
+                ..State::default()
+            }),
+            any_closed: AtomicBool::new(false),
             verified: AtomicBool::new(false),
             connections: AtomicU64::new(0),
             changes: watch::channel(ServerChange::default()).0,
@@ -83,37 +123,72 @@ impl Gate {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Every update is a handful of field writes that cannot panic.
+        // Every update is a handful of map and field writes that cannot panic.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Remember that a lease of `ttl` may be granted through this client.
-    pub(crate) fn issued(&self, ttl: Duration) {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        self.longest_lease.fetch_max(ms, Ordering::Relaxed);
-    }
-
-    /// Whether grants are held back now: `Some(Busy)` with the time left
-    /// while closed, an error when refused, `None` when open.
-    pub(crate) fn closed(&self, key: &str) -> Result<Option<Acquired>, LockError> {
+    /// Before an attempt on `key` with a lease of `ttl`: remember the ask
+    /// (granted or not, it tells how long a peer may hold this key), and say
+    /// whether the key may be granted now.
+    pub(crate) fn admit(&self, key: &str, ttl: Duration) -> Result<Admission, LockError> {
+        let now = Instant::now();
         let mut state = self.state();
         if let Some(refused) = &state.refused {
             return Err(refused.clone().with_key(key));
         }
-        match state.closed_until {
-            Some(until) => {
-                let now = Instant::now();
-                if now < until {
-                    Ok(Some(Acquired::Busy {
-                        expires_in: Some(until - now),
-                    }))
-                } else {
-                    state.closed_until = None;
-                    Ok(None)
-                }
+        state.remember(key, ttl, now);
+        if let Some(until) = state.young_until {
+            if now < until {
+                let reason = format!(
+                    "it is younger than the restart grace ({:?}); a lock held before it started may still be relied on",
+                    self.policy.restart_grace
+                );
+                return Ok(Admission::Closed(self.refusal(key, reason, until - now)));
             }
-            None => Ok(None),
+            state.young_until = None;
         }
+        if !self.any_closed.load(Ordering::Acquire) {
+            return Ok(Admission::Open);
+        }
+        let Some(&(until, cause)) = state.closed.get(key) else {
+            return Ok(Admission::Open);
+        };
+        if now >= until {
+            state.open(key);
+            self.any_closed
+                .store(!state.closed.is_empty(), Ordering::Release);
+            return Ok(Admission::Open);
+        }
+        let what = match cause {
+            LostCause::FailedOver => "it failed over",
+            _ => "it restarted",
+        };
+        let reason = format!(
+            "{what} and may have lost a lease of this key that another client still relies on"
+        );
+        Ok(Admission::Check(self.refusal(key, reason, until - now)))
+    }
+
+    fn refusal(&self, key: &str, reason: String, left: Duration) -> LockError {
+        LockError::Unavailable {
+            key: Some(key.to_owned()),
+            server: self.server.clone(),
+            reason,
+            retry_after: Some(left),
+        }
+    }
+
+    /// The server showed that `key`'s state survived the last change (its
+    /// lock key is there; this client's lease on it was found or released
+    /// there): grant it as usual again.
+    pub(crate) fn survived(&self, key: &str) {
+        if !self.any_closed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.state();
+        state.open(key);
+        self.any_closed
+            .store(!state.closed.is_empty(), Ordering::Release);
     }
 
     /// Whether the server's identity was read since the last (re)connection:
@@ -185,10 +260,16 @@ impl Gate {
     /// nothing about when it became primary, `restart_grace` counts from now.
     #[cfg(feature = "sentinel")]
     pub(crate) fn failed_over(&self, identity: Identity) -> Result<(), LockError> {
-        let grace = Instant::now() + self.policy.restart_grace;
+        let now = Instant::now();
         {
             let mut state = self.state();
-            state.closed_until = Some(state.closed_until.map_or(grace, |c| c.max(grace)));
+            if !self.policy.restart_grace.is_zero() {
+                state.young_until = later(state.young_until, now + self.policy.restart_grace);
+            }
+            // The new primary is another server: close as for a restart.
+            state.close_asked(now, LostCause::FailedOver);
+            self.any_closed
+                .store(!state.closed.is_empty(), Ordering::Release);
         }
         self.apply_as(identity, false, LostCause::FailedOver)
     }
@@ -210,8 +291,9 @@ impl Gate {
                 let error = LockError::invalid(
                     "server",
                     format!(
-                        "{} has maxmemory-policy `{policy}`, which can evict lock keys and grant a lock twice; \
-                         use `noeviction` (or an `allkeys-*`-free policy), or allow it with \
+                        "{} has maxmemory-policy `{policy}`, which can evict lock keys and grant a lock twice \
+                         (every `allkeys-*` and `volatile-*` policy can: lock keys all have a TTL); \
+                         set `maxmemory-policy noeviction`, or accept the risk with \
                          LockClientBuilder::allow_eviction(true)",
                         self.server
                     ),
@@ -226,10 +308,6 @@ impl Gate {
             state.refused = None;
         }
 
-        let mut closed_until = state.closed_until;
-        let mut close = |until: Instant| {
-            closed_until = Some(closed_until.map_or(until, |c: Instant| c.max(until)));
-        };
         // `uptime_in_seconds` is whole seconds and may read up to 1 s
         // high: count one second less, the safe direction.
         if let Some(uptime) = identity
@@ -237,18 +315,21 @@ impl Gate {
             .map(|u| u.saturating_sub(Duration::from_secs(1)))
             && uptime < self.policy.restart_grace
         {
-            close(now + (self.policy.restart_grace - uptime));
+            state.young_until = later(
+                state.young_until,
+                now + (self.policy.restart_grace - uptime),
+            );
         }
         let restarted = match (&state.run_id, &identity.run_id) {
             (Some(known), Some(seen)) => known != seen,
             _ => false,
         };
         if restarted {
-            let longest = Duration::from_millis(self.longest_lease.load(Ordering::Relaxed));
-            close(now + longest);
-            tracing::warn!(server = %self.server, "leasehold: the server restarted (its run_id changed); leases held there are checked now, and no lock is granted there for {longest:?}");
+            let closed = state.close_asked(now, cause);
+            self.any_closed
+                .store(!state.closed.is_empty(), Ordering::Release);
+            tracing::warn!(server = %self.server, closed, "leasehold: the server restarted (its run_id changed); leases held there are checked now, and keys asked for within their lease before it are not granted there until that lease could have run out");
         }
-        state.closed_until = closed_until;
         if identity.run_id.is_some() {
             state.run_id = identity.run_id;
         }
@@ -261,6 +342,59 @@ impl Gate {
         }
         Ok(())
     }
+}
+
+impl State {
+    /// Remember that `key` was asked for with a lease of `ttl` at `now`.
+    fn remember(&mut self, key: &str, ttl: Duration, now: Instant) {
+        if let Some(asks) = self.asks.get_mut(key) {
+            match asks.iter_mut().find(|(lease, _)| *lease == ttl) {
+                Some((_, at)) => *at = now,
+                None => asks.push((ttl, now)),
+            }
+            return;
+        }
+        if self.asks.len() >= self.sweep_at {
+            // Forget the asks whose leases have run out: they cannot be
+            // held unseen by anyone now.
+            self.asks.retain(|_, asks| {
+                asks.retain(|&(lease, at)| at + lease > now);
+                !asks.is_empty()
+            });
+            self.sweep_at = (self.asks.len() * 2).max(SWEEP_AT);
+        }
+        self.asks.insert(key.to_owned(), vec![(ttl, now)]);
+    }
+
+    /// A change at `now`: close every key asked for with a lease that could
+    /// still run, until that lease could have run out counted from now.
+    /// Returns how many keys are closed.
+    fn close_asked(&mut self, now: Instant, cause: LostCause) -> usize {
+        for (key, asks) in &self.asks {
+            let longest = asks
+                .iter()
+                .filter(|&&(lease, at)| at + lease > now)
+                .map(|&(lease, _)| lease)
+                .max();
+            if let Some(lease) = longest {
+                let until = now + lease;
+                let entry = self.closed.entry(key.clone()).or_insert((until, cause));
+                if entry.0 < until {
+                    *entry = (until, cause);
+                }
+            }
+        }
+        self.closed.retain(|_, &mut (until, _)| until > now);
+        self.closed.len()
+    }
+
+    fn open(&mut self, key: &str) {
+        self.closed.remove(key);
+    }
+}
+
+fn later(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.max(b)))
 }
 
 /// Whether a `maxmemory-policy` can evict keys that have a TTL.
@@ -348,5 +482,98 @@ mod tests {
             },
         );
         assert!(lenient.apply(identity(), true).is_ok());
+    }
+
+    fn restarted(gate: &Gate, run_id: &str) {
+        let identity = Identity {
+            run_id: Some(run_id.into()),
+            ..Identity::default()
+        };
+        assert!(gate.apply(identity, false).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_closes_only_the_keys_asked_for_within_their_lease() {
+        let gate = Gate::new("redis://h", GatePolicy::default());
+        restarted(&gate, "a");
+        let hour = Duration::from_secs(3600);
+        // Asked for an hour an hour and a half ago: that lease has run out.
+        assert_eq!(gate.admit("old", hour), Ok(Admission::Open));
+        tokio::time::advance(Duration::from_secs(5400)).await;
+        assert_eq!(
+            gate.admit("recent", Duration::from_secs(10)),
+            Ok(Admission::Open)
+        );
+        tokio::time::advance(Duration::from_secs(4)).await;
+        restarted(&gate, "b");
+
+        assert_eq!(
+            gate.admit("old", hour),
+            Ok(Admission::Open),
+            "a lease that ran out long ago closes nothing"
+        );
+        assert_eq!(
+            gate.admit("never", hour),
+            Ok(Admission::Open),
+            "a key not asked for stays open"
+        );
+        let Ok(Admission::Check(error)) = gate.admit("recent", Duration::from_secs(10)) else {
+            panic!("the key asked for 4 s before the restart must be closed");
+        };
+        assert!(error.is_unavailable() && !error.is_busy(), "{error}");
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(10)));
+        assert!(error.to_string().contains("restarted"), "{error}");
+
+        // Its state survived: open at once.
+        gate.survived("recent");
+        assert_eq!(
+            gate.admit("recent", Duration::from_secs(10)),
+            Ok(Admission::Open)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_key_reopens_when_its_longest_lease_could_have_run_out() {
+        let gate = Gate::new("redis://h", GatePolicy::default());
+        restarted(&gate, "a");
+        assert_eq!(
+            gate.admit("k", Duration::from_secs(30)),
+            Ok(Admission::Open)
+        );
+        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        restarted(&gate, "b");
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(matches!(
+            gate.admit("k", Duration::from_secs(2)),
+            Ok(Admission::Check(_))
+        ));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_young_server_is_closed_for_every_key_until_the_grace_passed() {
+        let gate = Gate::new(
+            "redis://h",
+            GatePolicy {
+                restart_grace: Duration::from_secs(10),
+                allow_eviction: false,
+            },
+        );
+        let identity = Identity {
+            run_id: Some("a".into()),
+            uptime: Some(Duration::from_secs(4)),
+            policy: None,
+        };
+        assert!(gate.apply(identity, true).is_ok());
+        let Ok(Admission::Closed(error)) = gate.admit("any", Duration::from_secs(1)) else {
+            panic!("a young server grants nothing");
+        };
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(
+            gate.admit("any", Duration::from_secs(1)),
+            Ok(Admission::Open)
+        );
     }
 }

@@ -43,6 +43,7 @@ use super::{
     SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
 };
 use crate::error::LockError;
+use gate::Admission;
 pub(crate) use gate::Gate;
 
 /// The longest pause between two tries of a release the server asked to
@@ -187,6 +188,33 @@ impl<T: Topology> RedisBackend<T> {
             .map_err(|e| e.with_key(&keys.key))
     }
 
+    /// Whether the gate lets `keys` be granted now; an error (unavailable
+    /// class, with the time left) if not. A key closed by a restart or
+    /// failover is granted as usual when its lock key is on the server: its
+    /// state survived the change.
+    async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
+        let refusal = match self.gate.admit(&keys.key, ttl)? {
+            Admission::Open => return Ok(()),
+            Admission::Closed(refusal) => return Err(refusal),
+            Admission::Check(refusal) => refusal,
+        };
+        let exists = self
+            .call(|mut con| async move {
+                redis::cmd("EXISTS")
+                    .arg(&keys.lock)
+                    .query_async::<bool>(&mut con)
+                    .await
+                    .map_err(ScriptError::Redis)
+            })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        if exists {
+            self.gate.survived(&keys.key);
+            return Ok(());
+        }
+        Err(refusal)
+    }
+
     /// The release script, retried while the server asks to and `deadline`
     /// has not passed.
     pub(crate) async fn release_script(
@@ -293,10 +321,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
             }
-            if let Some(closed) = self.gate.closed(&keys.key)? {
-                return Ok(closed);
-            }
-            self.gate.issued(ttl);
+            self.admit(keys, ttl).await?;
             let attempt = |mut con: T::Conn| async move {
                 scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
             };
@@ -308,9 +333,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
                     self.gate.unverify();
                     self.verify(keys).await?;
-                    if let Some(closed) = self.gate.closed(&keys.key)? {
-                        return Ok(closed);
-                    }
+                    self.admit(keys, ttl).await?;
                     attempt(self.topology.connection()).await
                 }
                 other => other,
@@ -321,14 +344,13 @@ impl<T: Topology> Backend for RedisBackend<T> {
             {
                 // The connection was replaced while the attempt was in
                 // flight: the grant may come from a server not checked yet.
-                let checked = self.verify(keys).await;
-                let closed = match checked {
-                    Ok(()) => self.gate.closed(&keys.key),
+                let admitted = match self.verify(keys).await {
+                    Ok(()) => self.admit(keys, ttl).await,
                     Err(e) => Err(e),
                 };
-                if !matches!(closed, Ok(None)) {
+                if let Err(refused) = admitted {
                     self.abandon(keys, token).await;
-                    return closed.map(|busy| busy.unwrap_or(Acquired::Busy { expires_in: None }));
+                    return Err(refused);
                 }
             }
             Ok(acquired)
@@ -363,6 +385,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
             if released.owned == Owned::Yes {
+                // Ours there: the key's state survived any change.
+                self.gate.survived(&keys.key);
                 // This client's own waiters hear it at once (others by
                 // pub/sub): the first in line if it is ours, else our first.
                 let announcement = match &released.next {
@@ -376,7 +400,14 @@ impl<T: Topology> Backend for RedisBackend<T> {
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
-        Box::pin(self.renew_script(batch))
+        Box::pin(async move {
+            let owned = self.renew_script(batch).await?;
+            // A lease found there after a change: its key survived it.
+            for (renewal, _) in batch.iter().zip(&owned).filter(|(_, o)| **o == Owned::Yes) {
+                self.gate.survived(&renewal.keys.key);
+            }
+            Ok(owned)
+        })
     }
 
     fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
