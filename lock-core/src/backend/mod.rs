@@ -33,6 +33,7 @@
 //! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
 //! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
 //! | `P{K}:released` | pub/sub channel | on a release with someone in line, `next:<token>` (the first in line); on Redlock, which keeps no line, every release, `free:<token>` when nobody is next (`SPUBLISH` on Cluster). A release nobody waits for publishes nothing |
+//! | `P{K}:survived` | string, with expiry | only shortly after a restart or failover: written by a release of a lease held across it, so that clients that closed the key (gate) see that its state survived |
 //! | `P{K}:forced` | string, with expiry | after an operator's `force_release`: the owner token it took the lock from, kept as long as that lease had left (at least 1 s), so that holder's next renewal is told why (`LostCause::ForceReleased`) |
 //!
 //! The braces make `K` the hash tag, so all of them live in one cluster slot.
@@ -151,6 +152,18 @@ impl LockKeys {
             places: named(":places"),
             channel: named(":released"),
         }
+    }
+}
+
+impl LockKeys {
+    /// `P{K}:survived`, built when needed (rarely: shortly after a restart
+    /// or failover), not on every acquisition.
+    pub(crate) fn survival_mark(&self) -> String {
+        let stem = self.lock.strip_suffix(":lock").unwrap_or(&self.lock);
+        let mut name = String::with_capacity(stem.len() + 9);
+        name.push_str(stem);
+        name.push_str(":survived");
+        name
     }
 }
 

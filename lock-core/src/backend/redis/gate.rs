@@ -22,7 +22,10 @@
 //!   the same code holds it with a similar lease). Other keys stay open. A
 //!   closed key opens early once the server shows that its state survived:
 //!   its lock key is there (looked at by the caller when [`Admission::Check`]
-//!   says so), or this client's lease on it was found or released there.
+//!   says so), or this client's lease on it was found or released there,
+//!   or its survival mark is there: for as long as keys stay closed after a
+//!   change it saw, a client's release of a lease (held across the change)
+//!   leaves `P{K}:survived` behind, so that the others see it too.
 //! - **Restart grace.** With `restart_grace(d)`, a server whose uptime is
 //!   below `d` grants nothing until it is `d` old: this covers clients that
 //!   never saw the restart (they connected afterwards).
@@ -58,6 +61,9 @@ pub(crate) struct Gate {
     server: String,
     policy: GatePolicy,
     state: Mutex<State>,
+    /// A change was seen and releases may have to leave the survival mark
+    /// (a fast path: nothing to do in the common case).
+    marking: AtomicBool,
     /// Some key is closed (a fast path for the hooks of every renewal and
     /// release: nothing to do in the common case).
     any_closed: AtomicBool,
@@ -78,6 +84,9 @@ struct State {
     asks: HashMap<String, Vec<(Duration, Instant)>>,
     /// Keys asked for before a change, each closed until then, and why.
     closed: HashMap<String, (Instant, LostCause)>,
+    /// Until when releases leave the survival mark: as long as clients
+    /// that saw the last change may keep a key closed.
+    mark_until: Option<Instant>,
     /// The map size at which the next sweep of `asks` runs.
     sweep_at: usize,
     /// Grants refused outright (an evicting server seen on a reconnect).
@@ -115,6 +124,7 @@ impl Gate {
                 sweep_at: SWEEP_AT,
                 ..State::default()
             }),
+            marking: AtomicBool::new(false),
             any_closed: AtomicBool::new(false),
             verified: AtomicBool::new(false),
             connections: AtomicU64::new(0),
@@ -155,8 +165,7 @@ impl Gate {
         };
         if now >= until {
             state.open(key);
-            self.any_closed
-                .store(!state.closed.is_empty(), Ordering::Release);
+            self.flag(&state);
             return Ok(Admission::Open);
         }
         let what = match cause {
@@ -167,6 +176,20 @@ impl Gate {
             "{what} and may have lost a lease of this key that another client still relies on"
         );
         Ok(Admission::Check(self.refusal(key, reason, until - now)))
+    }
+
+    /// A lease of `ttl` on `key` was renewed: like an ask, it tells how long
+    /// the key may be held (by this client) after a change.
+    pub(crate) fn renewed(&self, key: &str, ttl: Duration) {
+        self.state().remember(key, ttl, Instant::now());
+    }
+
+    /// Keep the fast-path flags in step with `state`.
+    fn flag(&self, state: &State) {
+        self.any_closed
+            .store(!state.closed.is_empty(), Ordering::Release);
+        self.marking
+            .store(state.mark_until.is_some(), Ordering::Release);
     }
 
     fn refusal(&self, key: &str, reason: String, left: Duration) -> LockError {
@@ -187,8 +210,26 @@ impl Gate {
         }
         let mut state = self.state();
         state.open(key);
-        self.any_closed
-            .store(!state.closed.is_empty(), Ordering::Release);
+        self.flag(&state);
+    }
+
+    /// How long a release now leaves the survival mark (`None`: it leaves
+    /// none; the common case, without a change seen lately). A lease
+    /// released here was held across the change: its key's state survived.
+    pub(crate) fn survival_mark(&self) -> Option<Duration> {
+        if !self.marking.load(Ordering::Acquire) {
+            return None;
+        }
+        let now = Instant::now();
+        let mut state = self.state();
+        match state.mark_until {
+            Some(until) if until > now => Some(until - now),
+            _ => {
+                state.mark_until = None;
+                self.marking.store(false, Ordering::Release);
+                None
+            }
+        }
     }
 
     /// Whether the server's identity was read since the last (re)connection:
@@ -268,8 +309,7 @@ impl Gate {
             }
             // The new primary is another server: close as for a restart.
             state.close_asked(now, LostCause::FailedOver);
-            self.any_closed
-                .store(!state.closed.is_empty(), Ordering::Release);
+            self.flag(&state);
         }
         self.apply_as(identity, false, LostCause::FailedOver)
     }
@@ -326,8 +366,7 @@ impl Gate {
         };
         if restarted {
             let closed = state.close_asked(now, cause);
-            self.any_closed
-                .store(!state.closed.is_empty(), Ordering::Release);
+            self.flag(&state);
             tracing::warn!(server = %self.server, closed, "leasehold: the server restarted (its run_id changed); leases held there are checked now, and keys asked for within their lease before it are not granted there until that lease could have run out");
         }
         if identity.run_id.is_some() {
@@ -385,6 +424,10 @@ impl State {
             }
         }
         self.closed.retain(|_, &mut (until, _)| until > now);
+        // Peers that saw the change close their keys about as long.
+        if let Some(&(last, _)) = self.closed.values().max_by_key(|(until, _)| *until) {
+            self.mark_until = later(self.mark_until, last);
+        }
         self.closed.len()
     }
 

@@ -190,18 +190,22 @@ impl<T: Topology> RedisBackend<T> {
 
     /// Whether the gate lets `keys` be granted now; an error (unavailable
     /// class, with the time left) if not. A key closed by a restart or
-    /// failover is granted as usual when its lock key is on the server: its
-    /// state survived the change.
+    /// failover is granted as usual when its lock key or its survival mark
+    /// (left by a release of a lease held across the change) is on the
+    /// server: its state survived the change.
     async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
         let refusal = match self.gate.admit(&keys.key, ttl)? {
             Admission::Open => return Ok(()),
             Admission::Closed(refusal) => return Err(refusal),
             Admission::Check(refusal) => refusal,
         };
+        let mark = keys.survival_mark();
+        let mark = &mark;
         let exists = self
             .call(|mut con| async move {
                 redis::cmd("EXISTS")
                     .arg(&keys.lock)
+                    .arg(mark)
                     .query_async::<bool>(&mut con)
                     .await
                     .map_err(ScriptError::Redis)
@@ -226,11 +230,12 @@ impl<T: Topology> RedisBackend<T> {
         announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
         let publish = self.topology.publish();
+        let mark = self.gate.survival_mark();
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
                 .call(|mut con| async move {
-                    scripts::release(&mut con, keys, token, keep, publish, announce).await
+                    scripts::release(&mut con, keys, token, keep, publish, announce, mark).await
                 })
                 .await;
             match result {
@@ -402,8 +407,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
             let owned = self.renew_script(batch).await?;
-            // A lease found there after a change: its key survived it.
             for (renewal, _) in batch.iter().zip(&owned).filter(|(_, o)| **o == Owned::Yes) {
+                // Held for another lease: remembered as an ask. Found there
+                // after a change: its key survived it.
+                self.gate.renewed(&renewal.keys.key, renewal.ttl);
                 self.gate.survived(&renewal.keys.key);
             }
             Ok(owned)

@@ -15,6 +15,11 @@
 -- ARGV[5]  1: announce every release; 0: only when someone waits in line
 --          (every waiter of a single server or Cluster keeps a place in
 --          line; Redlock keeps none, so its waiters need every release)
+-- KEYS[4], ARGV[6]  only shortly after the server restarted or failed over
+--          (as the caller's client saw it): the survival mark and how many
+--          ms it is kept. A lease released here was held across the change,
+--          so the key's state survived it: clients that closed the key
+--          after the change (gate.rs) find the mark and grant it again.
 --
 -- The message is `next:<token>` naming the first in line, whose client wakes
 -- just that waiter, or `free:<released token>` when nobody waits in line.
@@ -44,6 +49,9 @@ if keep > 0 then
   redis.call('PEXPIRE', KEYS[1], keep)
 else
   redis.call('DEL', KEYS[1])
+end
+if KEYS[4] then
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
 end
 local next = lined and typed('LINDEX', KEYS[2], '0')
 if type(next) ~= 'string' then

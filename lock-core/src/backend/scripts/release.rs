@@ -38,7 +38,9 @@ pub(crate) enum Announce {
 
 /// Delete the lock if `token` holds it (or, with a non-zero `keep`, let it
 /// expire after `keep`), announcing it on the lock's channel with `publish`
-/// (`PUBLISH`, or `SPUBLISH` on Cluster) as `announce` says.
+/// (`PUBLISH`, or `SPUBLISH` on Cluster) as `announce` says. With
+/// `mark_survival`, a released lease also leaves the survival mark for that
+/// long (shortly after a restart or failover, see gate.rs).
 pub(crate) async fn release<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
@@ -46,16 +48,21 @@ pub(crate) async fn release<C: ConnectionLike>(
     keep: Duration,
     publish: &str,
     announce: Announce,
+    mark_survival: Option<Duration>,
 ) -> Result<Released, ScriptError> {
-    let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
-        .arg(&keys.places)
-        .arg(token)
+    let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 4 } else { 3 });
+    cmd.arg(&keys.lock).arg(&keys.line).arg(&keys.places);
+    if mark_survival.is_some() {
+        cmd.arg(keys.survival_mark());
+    }
+    cmd.arg(token)
         .arg(if keep.is_zero() { 0 } else { millis(keep) })
         .arg(&keys.channel)
         .arg(publish)
         .arg(u8::from(announce == Announce::Always));
+    if let Some(mark) = mark_survival {
+        cmd.arg(millis(mark).max(1));
+    }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {
         Value::Int(code) => Ok(Released {
