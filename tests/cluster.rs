@@ -409,3 +409,77 @@ mod with_the_attribute {
         assert_eq!((ran, busy), (1, 1), "{outcomes:?}");
     }
 }
+
+/// Issue 22, item 6: a release while the lock's slot is stuck half-migrated
+/// (the lock key already on the target, the line not: every multi-key
+/// script answers `TRYAGAIN`) returns at once instead of blocking for the
+/// rest of the lease, and keeps trying in the background: the lock is free
+/// as soon as the slot settles, not when the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_stuck_migration_returns_and_lands_when_the_slot_settles() {
+    let cluster = start_cluster().await;
+    let client = client(&cluster).await;
+    let slot = slot_of("stuck");
+    let from = cluster.node_for_slot(slot);
+    let to = (from + 1) % 3;
+    let ttl = Duration::from_secs(20);
+    let guard = client.lock("stuck").ttl(ttl).acquire().await.unwrap();
+
+    let (src, dst) = (&cluster.nodes()[from], &cluster.nodes()[to]);
+    let (src_id, dst_id) = (cluster.node_id(from), cluster.node_id(to));
+    let slot_s = slot.to_string();
+    dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
+    src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+    let port = dst.port().to_string();
+    let lock = lock_name("stuck");
+    src.cmd(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &lock,
+    ]);
+    assert!(exists_asking(dst, &lock));
+
+    let started = Instant::now();
+    let released = tokio::time::timeout(Duration::from_secs(5), guard.release()).await;
+    let took = started.elapsed();
+    assert!(
+        released.is_ok(),
+        "the release blocked while the slot was stuck ({took:?} and counting)"
+    );
+
+    // The migration goes on: the rest of the slot's keys, then the slot.
+    let fence = "leasehold:{stuck}:fence".to_owned();
+    src.cmd(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        &fence,
+    ]);
+    for i in [to, from, 3 - to - from] {
+        cluster.nodes()[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
+    }
+    let settled = Instant::now();
+    while exists_on(&cluster, to, &lock) {
+        assert!(
+            settled.elapsed() < Duration::from_secs(5),
+            "the lock was still held {:?} after the slot settled (lease {ttl:?})",
+            settled.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = client.lock("stuck").try_acquire().await.unwrap();
+    assert!(next.is_some(), "free after the release landed");
+    println!(
+        "cluster/stuck migration: release returned in {took:?}, landed {:?} after the slot settled",
+        settled.elapsed()
+    );
+}

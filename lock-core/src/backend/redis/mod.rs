@@ -50,6 +50,43 @@ pub(crate) use gate::Gate;
 /// retry (`TRYAGAIN` during a slot migration, a reconnect).
 const MAX_RELEASE_RETRY_DELAY: Duration = Duration::from_millis(200);
 
+/// How long a release the server asks to retry is retried while its caller
+/// waits; after that it goes on in the background.
+const RELEASE_IN_LINE: Duration = Duration::from_millis(300);
+
+/// One release's settings, for each try of it.
+#[derive(Debug, Clone, Copy)]
+struct Giving {
+    publish: &'static str,
+    announce: scripts::Announce,
+    mark: Option<Duration>,
+    keep: Duration,
+    deadline: Instant,
+}
+
+impl Giving {
+    async fn send<C: ConnectionLike>(
+        self,
+        con: &mut C,
+        keys: &LockKeys,
+        token: &str,
+    ) -> Result<scripts::Released, ScriptError> {
+        let Giving {
+            publish,
+            announce,
+            mark,
+            keep,
+            ..
+        } = self;
+        scripts::release(con, keys, token, keep, publish, announce, mark).await
+    }
+
+    /// Whether to try again after `error`, `delay` from now.
+    fn retry(&self, error: &ScriptError, delay: Duration) -> bool {
+        error.redis().is_some_and(is_retryable) && Instant::now() + delay < self.deadline
+    }
+}
+
 /// How the commands of a Redis backend reach the server(s).
 pub(crate) trait Topology: Send + Sync + 'static {
     /// A connection that routes a lock's script to the right server.
@@ -219,8 +256,12 @@ impl<T: Topology> RedisBackend<T> {
         Err(refusal)
     }
 
-    /// The release script, retried while the server asks to and `deadline`
-    /// has not passed.
+    /// The release script, retried while the server asks to (a reconnect,
+    /// `TRYAGAIN` while a slot migrates) and `deadline` has not passed: for
+    /// [`RELEASE_IN_LINE`] while the caller waits, then in the background
+    /// (the reply says so), so that a stuck migration does not block the
+    /// caller for the rest of the lease, and the lock is free as soon as the
+    /// slot settles.
     pub(crate) async fn release_script(
         &self,
         keys: &LockKeys,
@@ -229,19 +270,29 @@ impl<T: Topology> RedisBackend<T> {
         deadline: Instant,
         announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
-        let publish = self.topology.publish();
-        let mark = self.gate.survival_mark();
+        let give = Giving {
+            publish: self.topology.publish(),
+            announce,
+            mark: self.gate.survival_mark(),
+            keep,
+            deadline,
+        };
+        let in_line_until = (Instant::now() + RELEASE_IN_LINE).min(deadline);
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
-                .call(|mut con| async move {
-                    scripts::release(&mut con, keys, token, keep, publish, announce, mark).await
-                })
+                .call(|mut con| async move { give.send(&mut con, keys, token).await })
                 .await;
             match result {
-                Err(e)
-                    if e.redis().is_some_and(is_retryable) && Instant::now() + delay < deadline =>
-                {
+                Err(e) if give.retry(&e, delay) => {
+                    if Instant::now() + delay >= in_line_until {
+                        self.release_in_background(keys, token, give, delay);
+                        return Ok(scripts::Released {
+                            owned: Owned::Yes,
+                            next: None,
+                            in_background: true,
+                        });
+                    }
                     tracing::debug!(key = %keys.key, error = ?e, "leasehold: release not applied yet, retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
@@ -249,6 +300,43 @@ impl<T: Topology> RedisBackend<T> {
                 other => return other.map_err(|e| e.into_lock_error(&self.server, keys)),
             }
         }
+    }
+
+    /// Go on with a release the server keeps asking to retry, in a task of
+    /// its own, until it lands (waking this client's waiters then) or
+    /// `give.deadline` passes (the lease runs out by itself).
+    fn release_in_background(&self, keys: &LockKeys, token: &str, give: Giving, delay: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (con, wakeups) = (self.topology.connection(), self.listener.wakeups.clone());
+        let (keys, token, server) = (keys.clone(), token.to_owned(), self.server.clone());
+        tracing::debug!(key = %keys.key, %server, "leasehold: the server keeps asking to retry the release; going on in the background");
+        runtime.spawn(async move {
+            let mut delay = delay;
+            loop {
+                tokio::time::sleep(delay).await;
+                match give.send(&mut con.clone(), &keys, &token).await {
+                    Err(e) if give.retry(&e, delay) => {
+                        delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
+                    }
+                    Ok(released) => {
+                        if released.owned == Owned::Yes {
+                            let announcement = match &released.next {
+                                Some(next) => Announcement::Next(next),
+                                None => Announcement::Free(&token),
+                            };
+                            wakeups.announce(&keys.channel, announcement);
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %keys.key, %server, error = ?e, "leasehold: a release in the background failed; the lease runs out by itself");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// The inspect script (no gate: it only reads).
@@ -389,7 +477,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
-            if released.owned == Owned::Yes {
+            if released.owned == Owned::Yes && !released.in_background {
                 // Ours there: the key's state survived any change.
                 self.gate.survived(&keys.key);
                 // This client's own waiters hear it at once (others by

@@ -24,6 +24,10 @@ pub(crate) struct Released {
     pub(crate) owned: Owned,
     /// The first waiter in line, told it is next (only when the key was deleted).
     pub(crate) next: Option<String>,
+    /// Not applied yet: the server asked to retry (a slot migrating, a
+    /// reconnect) for longer than a caller should wait, and the release goes
+    /// on in the background until it lands or the lease runs out.
+    pub(crate) in_background: bool,
 }
 
 /// Which releases `release.lua` announces.
@@ -68,10 +72,12 @@ pub(crate) async fn release<C: ConnectionLike>(
         Value::Int(code) => Ok(Released {
             owned: Owned::from_code(code),
             next: None,
+            in_background: false,
         }),
         Value::BulkString(next) => Ok(Released {
             owned: Owned::Yes,
             next: Some(String::from_utf8(next).map_err(|_| unexpected("release"))?),
+            in_background: false,
         }),
         _ => Err(unexpected("release")),
     }
