@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::connect::ConnectOptions;
+use crate::backend::lazy::LazyBackend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::gate::GatePolicy;
-use crate::backend::redis::server::Server;
-use crate::backend::redlock::RedlockBackend;
+use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ClientConfig, ReplicaSync};
 use crate::error::LockError;
@@ -356,6 +356,7 @@ pub struct LockClientBuilder {
     config: ClientConfig,
     options: ConnectOptions,
     policy: GatePolicy,
+    lazy: bool,
     invalid: Option<LockError>,
 }
 
@@ -521,11 +522,51 @@ impl LockClientBuilder {
         }
     }
 
+    /// Start without waiting for the server: `connect` (and every other
+    /// `connect_*`) checks the URLs only and returns at once, and connects
+    /// in the background, retrying until the server answers. Until then,
+    /// every call fails at once with an unavailable-class error
+    /// ([`LockError::is_unavailable`]), or, once the server answered with a
+    /// setup mistake (a wrong password, an evicting server), with that
+    /// error. The checks `connect` makes (credentials, eviction policy,
+    /// restart grace) run when the server first answers.
+    ///
+    /// For services that must start (and answer 503) while Redis is down,
+    /// instead of crash-looping. Default: off (`connect` waits for the
+    /// server and fails if it does not answer in time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// // Nothing listens on port 1: the client exists all the same.
+    /// let client = leasehold_core::LockClient::builder()
+    ///     .lazy(true)
+    ///     .connect("redis://127.0.0.1:1")
+    ///     .await?;
+    /// let err = client.lock("job").try_acquire().await.unwrap_err();
+    /// assert!(err.is_unavailable());
+    /// # Ok(()) }
+    /// ```
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    /// Connect to `target` (or, lazily, start connecting) and make the client.
+    async fn open(self, target: Target) -> Result<LockClient, LockError> {
+        self.check()?;
+        target.check()?;
+        let backend: Arc<dyn Backend> = if self.lazy {
+            LazyBackend::start(target, self.options.clone(), self.policy)?
+        } else {
+            target.open(&self.options, self.policy).await?
+        };
+        Ok(LockClient::from_backend(backend, &self))
+    }
+
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
-        self.check()?;
-        let backend = Server::connect(url, &self.options, self.policy, Arc::default()).await?;
-        Ok(LockClient::from_backend(Arc::new(backend), &self))
+        self.open(Target::Server(url.to_owned())).await
     }
 
     /// Connect to independent masters (see [`LockClient::connect_redlock`]).
@@ -534,10 +575,7 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.check()?;
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let backend = RedlockBackend::connect(&urls, &self.options, self.policy).await?;
-        Ok(LockClient::from_backend(Arc::new(backend), &self))
+        self.open(Target::Redlock(owned(urls))).await
     }
 
     /// Connect to a Redis Cluster (see [`LockClient::connect_cluster`]).
@@ -547,12 +585,7 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.check()?;
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let backend =
-            crate::backend::redis::cluster::Cluster::connect(&urls, &self.options, self.policy)
-                .await?;
-        Ok(LockClient::from_backend(Arc::new(backend), &self))
+        self.open(Target::Cluster(owned(urls))).await
     }
 
     /// Connect through Redis Sentinel (see [`LockClient::connect_sentinel`]).
@@ -567,19 +600,11 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.check()?;
-        let urls: Vec<String> = sentinels
-            .into_iter()
-            .map(|u| u.as_ref().to_owned())
-            .collect();
-        let backend = crate::backend::redis::sentinel::Sentinel::connect(
-            master_name,
-            &urls,
-            &self.options,
-            self.policy,
-        )
-        .await?;
-        Ok(LockClient::from_backend(Arc::new(backend), &self))
+        self.open(Target::Sentinel {
+            master_name: master_name.to_owned(),
+            sentinels: owned(sentinels),
+        })
+        .await
     }
 
     /// A client over `backend` (the fault kit's); an invalid setting falls
@@ -608,6 +633,15 @@ impl LockClientBuilder {
         };
         LockClient::from_backend(MemoryBackend::shared(), &builder)
     }
+}
+
+/// The URLs as owned strings.
+fn owned<I, S>(urls: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
 }
 
 /// At least one certificate, and nothing unreadable, in PEM text.

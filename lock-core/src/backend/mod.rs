@@ -42,11 +42,13 @@ pub(crate) mod connect;
 #[cfg(feature = "testing")]
 pub(crate) mod faulty;
 pub(crate) mod glob;
+pub(crate) mod lazy;
 pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod scripts;
+pub(crate) mod target;
 pub(crate) mod wakeups;
 
 use std::future::Future;
@@ -389,11 +391,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// The margin subtracted from a lease to allow for clock drift between
     /// this process and the server(s).
     fn drift(&self, ttl: Duration) -> Duration {
-        ttl / 100 + Duration::from_millis(2)
+        default_drift(ttl)
     }
 
     /// The server(s), credentials redacted, for messages and `Debug`.
     fn describe(&self) -> String;
+}
+
+/// The clock drift allowed for a lease of `ttl` (semantic 9): ttl/100 + 2 ms.
+pub(crate) fn default_drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
 }
 
 /// The error of an operation a backend does not offer.
