@@ -9,8 +9,16 @@ use syn::LitStr;
 
 const DAY_MILLIS: u64 = 24 * 60 * 60 * 1000;
 
-/// The longest lease: 365 days, what `LockRequest::ttl` and `LockRequest::at_least`
-/// accept (`leasehold::MAX_TTL`, in leasehold-core's `limits.rs`; keep the two equal).
+// The limits of leasehold-core (`limits.rs`), which this crate cannot depend on
+// (the facade depends on both). The test `limits_are_the_librarys` compares them
+// with the library's own constants, so that they cannot drift apart.
+
+/// The shortest lease: 10 ms, `leasehold::MIN_TTL`; `LockRequest::ttl` refuses
+/// shorter ones at every call.
+pub(crate) const MIN_TTL_MILLIS: u64 = 10;
+
+/// The longest lease: 365 days, `leasehold::MAX_TTL`, what `LockRequest::ttl`,
+/// `at_least` and `max_hold` accept.
 pub(crate) const MAX_TTL_MILLIS: u64 = 365 * DAY_MILLIS;
 
 /// The longest wait: 3650 days, `leasehold::MAX_WAIT` (longer waits are capped to it
@@ -20,41 +28,59 @@ pub(crate) const MAX_WAIT_MILLIS: u64 = 3650 * DAY_MILLIS;
 /// The largest duration any option accepts; [`parse`] rejects anything longer.
 pub(crate) const MAX_MILLIS: u64 = MAX_WAIT_MILLIS;
 
-/// The longest duration an option accepts, and how the error message names it.
+/// The range of durations an option accepts, and how the error messages name
+/// its ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limit {
+    /// The shortest accepted (the syntax already refuses zero).
+    pub min_millis: u64,
+    pub min_text: &'static str,
+    /// The longest accepted.
     pub millis: u64,
     pub text: &'static str,
 }
 
 /// What [`parse`] accepts at most, whatever the option.
 const ANY: Limit = Limit {
+    min_millis: 1,
+    min_text: "1ms",
     millis: MAX_MILLIS,
     text: "3650 days (87600h)",
 };
 
-/// The limit of each duration option: the same as the request builder's.
+/// The limits of each duration option: the same as the request builder's, so
+/// that a literal the library would refuse at every call is a compile error.
 pub(crate) fn limit(option: &str) -> Limit {
     match option {
         "ttl" => Limit {
+            min_millis: MIN_TTL_MILLIS,
+            min_text: "10ms (`leasehold::MIN_TTL`), the shortest lease `LockRequest::ttl` \
+                       accepts: a shorter one would run out before the lock could be used",
             millis: MAX_TTL_MILLIS,
-            text: "365 days (8760h), the longest lease `LockRequest::ttl` accepts",
+            text: "365 days (8760h, `leasehold::MAX_TTL`), the longest lease `LockRequest::ttl` \
+                   accepts",
         },
         "at_least" => Limit {
             millis: MAX_TTL_MILLIS,
-            text: "365 days (8760h), the longest `LockRequest::at_least` accepts",
+            text: "365 days (8760h, `leasehold::MAX_TTL`), the longest `LockRequest::at_least` \
+                   accepts",
+            ..ANY
+        },
+        "max_hold" => Limit {
+            millis: MAX_TTL_MILLIS,
+            text: "365 days (8760h, `leasehold::MAX_TTL`), the longest `LockRequest::max_hold` \
+                   accepts",
+            ..ANY
         },
         "every" => Limit {
             millis: MAX_TTL_MILLIS,
             text: "365 days (8760h), the longest period whose slot a lock can be kept for",
+            ..ANY
         },
         "wait" => Limit {
             millis: MAX_WAIT_MILLIS,
             text: "3650 days (87600h), `leasehold::MAX_WAIT`",
-        },
-        "max_hold" => Limit {
-            millis: MAX_WAIT_MILLIS,
-            text: "3650 days (87600h), the longest duration leasehold waits or holds for",
+            ..ANY
         },
         _ => ANY,
     }
@@ -75,8 +101,12 @@ pub(crate) enum DurationError {
     Whitespace,
     /// `"s"`, `"ms10"`, `"-1s"`: something other than a number where a number is due.
     ExpectedNumber { found: String },
-    /// `"10"`, `"1m30"`
-    MissingUnit { number: String },
+    /// `"10"`, `"1m30"`; for the latter, what was probably meant (`"1m30s"`):
+    /// the input with the unit after the last one given.
+    MissingUnit {
+        number: String,
+        suggestion: Option<String>,
+    },
     /// `"1.5s"`, `"1,5s"`
     Fraction,
     /// `"10x"`, `"10M"`, `"1d"`, `"10sec"`
@@ -88,6 +118,8 @@ pub(crate) enum DurationError {
     /// More than the option's limit (at most [`MAX_MILLIS`]), or a number that
     /// overflows.
     TooLong { limit: &'static str },
+    /// Less than the option's lower limit (`ttl` below `leasehold::MIN_TTL`).
+    TooShort { limit: &'static str },
 }
 
 impl fmt::Display for DurationError {
@@ -98,7 +130,14 @@ impl fmt::Display for DurationError {
             DurationError::ExpectedNumber { found } => {
                 write!(f, "expected a number, found `{found}`")
             }
-            DurationError::MissingUnit { number } => write!(f, "`{number}` has no unit"),
+            DurationError::MissingUnit {
+                number,
+                suggestion: None,
+            } => write!(f, "`{number}` has no unit"),
+            DurationError::MissingUnit {
+                number,
+                suggestion: Some(suggestion),
+            } => write!(f, "`{number}` has no unit (did you mean \"{suggestion}\"?)"),
             DurationError::Fraction => f.write_str("fractions are not allowed"),
             DurationError::UnknownUnit { unit } if unit == "M" => f.write_str(
                 "unknown unit `M` (months are not supported; minutes are a lower-case `m`)",
@@ -111,6 +150,9 @@ impl fmt::Display for DurationError {
             DurationError::Zero => f.write_str("the duration must be greater than zero"),
             DurationError::TooLong { limit } => {
                 write!(f, "the duration is longer than {limit}")
+            }
+            DurationError::TooShort { limit } => {
+                write!(f, "the duration is shorter than {limit}")
             }
         }
     }
@@ -146,8 +188,15 @@ pub(crate) fn parse(input: &str) -> Result<u64, DurationError> {
             .sum();
         if unit_len == 0 {
             if after.is_empty() {
+                // `"1h30"`: the number after a unit is most likely in the next
+                // smaller unit (`"1h30m"`). A number alone is left unguessed.
+                let suggestion = (next_unit > 0)
+                    .then(|| UNITS.get(next_unit))
+                    .flatten()
+                    .map(|(unit, _)| format!("{input}{unit}"));
                 return Err(DurationError::MissingUnit {
                     number: number.to_owned(),
+                    suggestion,
                 });
             }
             // A number followed by punctuation, e.g. `10-` or `10_s`.
@@ -185,21 +234,28 @@ pub(crate) fn parse(input: &str) -> Result<u64, DurationError> {
 }
 
 /// Parses the string literal given to option `option`, within the option's
-/// [`limit`], with an error at the literal.
+/// [`limit`], with an error at the literal. A duration out of range is well
+/// written: its message leaves out the syntax help.
 pub(crate) fn parse_lit(option: &str, lit: &LitStr) -> syn::Result<u64> {
     let value = lit.value();
     let limit = limit(option);
     let too_long = DurationError::TooLong { limit: limit.text };
     let parsed = match parse(&value) {
         Ok(millis) if millis > limit.millis => Err(too_long),
+        Ok(millis) if millis < limit.min_millis => Err(DurationError::TooShort {
+            limit: limit.min_text,
+        }),
         Err(DurationError::TooLong { .. }) => Err(too_long),
         other => other,
     };
     parsed.map_err(|err| {
-        syn::Error::new(
-            lit.span(),
-            format!("invalid `{option}` duration \"{value}\": {err}; {HELP}"),
-        )
+        let message = match err {
+            DurationError::TooLong { .. } | DurationError::TooShort { .. } => {
+                format!("invalid `{option}` duration \"{value}\": {err}")
+            }
+            _ => format!("invalid `{option}` duration \"{value}\": {err}; {HELP}"),
+        };
+        syn::Error::new(lit.span(), message)
     })
 }
 
@@ -280,27 +336,50 @@ mod tests {
     }
 
     /// The attribute accepts what the request builder accepts: 365 days for a
-    /// lease (`LockRequest::ttl`, `at_least`), `MAX_WAIT` for `wait`.
+    /// lease (`LockRequest::ttl`, `at_least`, `max_hold`), `MAX_WAIT` for `wait`,
+    /// and a lease no shorter than `MIN_TTL`.
     #[test]
     fn each_option_has_the_builders_limit() {
-        for option in ["ttl", "at_least", "every"] {
+        for option in ["ttl", "at_least", "max_hold", "every"] {
             assert_eq!(lit_result(option, "8760h"), Ok(MAX_TTL_MILLIS));
-            assert_eq!(lit_result(option, "168h1ms"), Ok(168 * 3_600_000 + 1));
-            let message = lit_result(option, "8760h1ms").unwrap_err();
+            assert_eq!(lit_result(option, "168h1s"), Ok(168 * 3_600_000 + 1000));
+            let message = lit_result(option, "8760h1s").unwrap_err();
             assert!(
-                message.contains("the duration is longer than 365 days (8760h)"),
+                message.contains("the duration is longer than 365 days (8760h"),
                 "{message}"
             );
+            assert!(!message.contains(HELP), "{message}");
         }
-        for option in ["wait", "max_hold"] {
-            assert_eq!(lit_result(option, "87600h"), Ok(MAX_WAIT_MILLIS));
-            let message = lit_result(option, "87601h").unwrap_err();
-            assert!(
-                message.contains("the duration is longer than 3650 days (87600h)"),
-                "{message}"
-            );
+        assert_eq!(lit_result("wait", "87600h"), Ok(MAX_WAIT_MILLIS));
+        let message = lit_result("wait", "87601h").unwrap_err();
+        assert!(
+            message.contains("the duration is longer than 3650 days (87600h)"),
+            "{message}"
+        );
+
+        assert_eq!(lit_result("ttl", "10ms"), Ok(MIN_TTL_MILLIS));
+        let message = lit_result("ttl", "9ms").unwrap_err();
+        assert_eq!(
+            message,
+            "invalid `ttl` duration \"9ms\": the duration is shorter than 10ms \
+             (`leasehold::MIN_TTL`), the shortest lease `LockRequest::ttl` accepts: a shorter \
+             one would run out before the lock could be used"
+        );
+        // The other options have no lower limit but zero.
+        for option in ["at_least", "max_hold", "wait"] {
+            assert_eq!(lit_result(option, "1ms"), Ok(1));
         }
         assert_eq!(MAX_TTL_MILLIS, 365 * 24 * 3_600_000);
+    }
+
+    /// The limits are leasehold-core's, which this crate cannot import: the
+    /// facade (a dev-dependency) says what they are.
+    #[test]
+    fn limits_are_the_librarys() {
+        use std::time::Duration;
+        assert_eq!(Duration::from_millis(MIN_TTL_MILLIS), leasehold::MIN_TTL);
+        assert_eq!(Duration::from_millis(MAX_TTL_MILLIS), leasehold::MAX_TTL);
+        assert_eq!(Duration::from_millis(MAX_WAIT_MILLIS), leasehold::MAX_WAIT);
     }
 
     #[test]
@@ -373,19 +452,24 @@ mod tests {
 
     #[test]
     fn rejects_missing_unit() {
+        let missing = |number: &str, suggestion: Option<&str>| DurationError::MissingUnit {
+            number: number.into(),
+            suggestion: suggestion.map(Into::into),
+        };
+        assert_eq!(err("10"), missing("10", None));
+        assert_eq!(err("0"), missing("0", None));
+        // After a unit, the next smaller one is suggested.
+        assert_eq!(err("1h30"), missing("30", Some("1h30m")));
+        assert_eq!(err("1m30"), missing("30", Some("1m30s")));
+        assert_eq!(err("2s500"), missing("500", Some("2s500ms")));
+        assert_eq!(err("1h2m3"), missing("3", Some("1h2m3s")));
+        assert_eq!(err("1h30s5"), missing("5", Some("1h30s5ms")));
+        // Nothing is smaller than `ms`.
+        assert_eq!(err("1ms5"), missing("5", None));
         assert_eq!(
-            err("10"),
-            DurationError::MissingUnit {
-                number: "10".into()
-            }
+            err("1h30").to_string(),
+            "`30` has no unit (did you mean \"1h30m\"?)"
         );
-        assert_eq!(
-            err("1m30"),
-            DurationError::MissingUnit {
-                number: "30".into()
-            }
-        );
-        assert_eq!(err("0"), DurationError::MissingUnit { number: "0".into() });
     }
 
     #[test]
@@ -410,10 +494,6 @@ mod tests {
                 "{input}"
             );
         }
-        assert_eq!(
-            err("1ms5"),
-            DurationError::MissingUnit { number: "5".into() }
-        );
     }
 
     #[test]

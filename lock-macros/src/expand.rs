@@ -10,6 +10,9 @@ use crate::template::{self, Params};
 
 /// Expands `#[distributed_lock(attr)] item`. On any error, returns the errors and
 /// the item unchanged, so that the rest of the crate (and IDEs) still see the fn.
+/// A function is then marked `#[allow(unused_variables)]`: a parameter used only
+/// by the key is unused in the unchanged function, and a warning saying so
+/// beside the error would send the reader the wrong way.
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let mut args = match syn::parse2::<Args>(attr) {
@@ -59,7 +62,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
                 // above), but never emit the function silently without its lock.
                 errors.push(syn::Error::new(Span::call_site(), "missing option `key`"));
             }
-            with_errors(&errors, item)
+            with_errors(&errors, quote!(#[allow(unused_variables)] #item))
         }
     }
 }
@@ -282,6 +285,21 @@ mod tests {
         let out = expand_str(quote!(key = "k"), item.clone());
         assert!(out.contains("compile_error"));
         assert!(out.ends_with(&item.to_string()));
+    }
+
+    /// A parameter that only the key used is unused in the unchanged function:
+    /// no warning about it beside the error.
+    #[test]
+    fn errors_silence_unused_parameters() {
+        let item = quote!(
+            async fn touch(user: u64) {}
+        );
+        let out = expand_str(quote!(key = "user:<usr>"), item.clone());
+        assert!(out.contains("compile_error"));
+        assert!(
+            out.ends_with(&format!("# [allow (unused_variables)] {item}")),
+            "{out}"
+        );
     }
 
     #[test]

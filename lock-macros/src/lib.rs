@@ -77,7 +77,8 @@ use proc_macro::TokenStream;
 /// - with [`every`](#every--1m), `<slot>` is the slot (appended as `:<slot>` when
 ///   the key does not place it);
 /// - `<<` and `>>` are a literal `<` and `>`;
-/// - `}` is not allowed in a key (leasehold wraps keys in a Redis Cluster hash tag).
+/// - `}` is not allowed in a key (leasehold wraps keys in a Redis Cluster hash tag);
+///   `{id}`, as in `format!`, is an error that says to write `<id>`.
 ///
 /// ```
 /// use leasehold::{distributed_lock, LockClient};
@@ -125,10 +126,12 @@ use proc_macro::TokenStream;
 /// followed by a unit, `ms`, `s`, `m` (minutes) or `h`, or a combination from the
 /// largest unit down, as in `"500ms"`, `"10s"`, `"5m"`, `"1m30s"`, `"1h2m3s500ms"`.
 /// Durations are checked at compile time: no whitespace, no fractions, no other
-/// units (`"1d"`, and `"10M"` is not months), greater than zero, and at most what
-/// the request builder accepts: 365 days (`"8760h"`) for `ttl`, `at_least` and
-/// `every`, 3650 days (`"87600h"`, `leasehold::MAX_WAIT`) for `wait` and
-/// `max_hold`.
+/// units (`"1d"`, and `"10M"` is not months), a unit after every number
+/// (`"1h30"` is an error that suggests `"1h30m"`), greater than zero, and within
+/// what the request builder accepts, so that no call fails for it at run time:
+/// a `ttl` of at least 10 ms (`leasehold::MIN_TTL`), at most 365 days
+/// (`"8760h"`, `leasehold::MAX_TTL`) for `ttl`, `at_least`, `max_hold` and
+/// `every`, 3650 days (`"87600h"`, `leasehold::MAX_WAIT`) for `wait`.
 ///
 /// ## `ttl = "10s"`
 ///
@@ -375,9 +378,13 @@ use proc_macro::TokenStream;
 ///
 /// Every mistake is reported at the offending token, all mistakes of one attribute
 /// together: a non-`async` fn, an unknown or duplicate option, a missing `key`, a
-/// bad or too long duration, a placeholder naming no parameter (with the names it
-/// could use), `renew` given a value, `max_hold` without `renew`, `every` with
-/// `wait` or `at_least`, an unsupported return type.
+/// bad, too short or too long duration, a placeholder naming no parameter (with
+/// the names it could use), a `format!`-style `{id}` in a key, `renew` given a
+/// value, `max_hold` without `renew`, `every` with `wait` or `at_least`, an
+/// unsupported return type. A placeholder's field that does not exist
+/// (`<order.idd>`) is rustc's error, at the key. Only these errors are shown: the
+/// function is then left as written, without warnings about parameters that only
+/// the key uses.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(attr.into(), item.into()).into()

@@ -16,6 +16,10 @@ pub(crate) enum Segment {
     /// Literal text, with `<<` / `>>` already turned into `<` / `>`.
     Text(String),
     Placeholder(Placeholder),
+    /// `{...}`: the text between the braces. Never valid in a key (`}` is not
+    /// allowed), kept so that [`check`] can say what was meant: a placeholder
+    /// in `format!` style (`{id}`), or a Redis Cluster hash tag (`{user}`).
+    Braced(String),
 }
 
 /// `<root.field.field>`
@@ -59,6 +63,7 @@ pub(crate) enum TemplateError {
     StrayClose,
     /// `"a}b"`: lock keys cannot contain `}` (the Redis keys of a lock wrap its
     /// name in a `{...}` hash tag, so that they live in one Redis Cluster slot).
+    /// `{...}` with its opening brace is a [`Segment::Braced`] instead.
     CloseBrace,
     /// `"<a b>"`, `"<a..b>"`, `"<1a>"`: the text between the brackets, and why.
     InvalidPlaceholder { text: String, reason: &'static str },
@@ -78,9 +83,7 @@ impl fmt::Display for TemplateError {
             TemplateError::StrayClose => f.write_str(
                 "unmatched `>`: write `>>` for a literal `>`",
             ),
-            TemplateError::CloseBrace => f.write_str(
-                "a lock key cannot contain `}` (leasehold wraps keys in a Redis Cluster hash tag `{...}`)",
-            ),
+            TemplateError::CloseBrace => f.write_str(HASH_TAG),
             TemplateError::InvalidPlaceholder { text, reason } => write!(
                 f,
                 "invalid placeholder `<{text}>`: {reason}; a placeholder is a parameter name or `self`, \
@@ -89,6 +92,10 @@ impl fmt::Display for TemplateError {
         }
     }
 }
+
+/// Why a key cannot contain `}`.
+const HASH_TAG: &str =
+    "a lock key cannot contain `}` (leasehold wraps keys in a Redis Cluster hash tag `{...}`)";
 
 /// Parses a key template.
 pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, TemplateError> {
@@ -123,6 +130,20 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Segment>, TemplateError> {
                 rest = &rest[2..];
             }
             '>' => return Err(TemplateError::StrayClose),
+            '{' => match rest.find('}') {
+                Some(end) => {
+                    if !text.is_empty() {
+                        segments.push(Segment::Text(std::mem::take(&mut text)));
+                    }
+                    segments.push(Segment::Braced(rest[1..end].to_owned()));
+                    rest = &rest[end + 1..];
+                }
+                // A lone `{` is ordinary text.
+                None => {
+                    text.push('{');
+                    rest = &rest[1..];
+                }
+            },
             '}' => return Err(TemplateError::CloseBrace),
             c => {
                 text.push(c);
@@ -358,10 +379,12 @@ pub(crate) fn check(lit: &LitStr, params: &Params) -> syn::Result<Key> {
     let mut errors: Option<syn::Error> = None;
     let mut args = Vec::new();
     for segment in &segments {
-        let Segment::Placeholder(placeholder) = segment else {
-            continue;
+        let result = match segment {
+            Segment::Text(_) => continue,
+            Segment::Placeholder(placeholder) => resolve(placeholder, params, lit.span()),
+            Segment::Braced(inner) => Err(braced(inner, params)),
         };
-        match resolve(placeholder, params, lit.span()) {
+        match result {
             Ok(arg) => args.push(arg),
             Err(message) => {
                 let error = syn::Error::new(lit.span(), message);
@@ -394,6 +417,41 @@ pub(crate) fn check(lit: &LitStr, params: &Params) -> syn::Result<Key> {
             segments,
             args,
         }),
+    }
+}
+
+/// Why `{inner}` is not allowed in a key, saying what was probably meant: a
+/// placeholder in the `format!` habit (`{id}`, `{order.id}`, `{id:?}`, `{}`),
+/// or else a Redis Cluster hash tag, which leasehold adds itself.
+fn braced(inner: &str, params: &Params) -> String {
+    let (name, options) = match inner.split_once(':') {
+        Some((name, options)) => (name, Some(options)),
+        None => (inner, None),
+    };
+    if name.is_empty() || name.bytes().all(|b| b.is_ascii_digit()) {
+        // `{}`, `{0}`, `{:?}`: positional arguments of `format!`.
+        return format!(
+            "invalid key: `{{{inner}}}` is `format!` syntax; a key names a parameter in a \
+             placeholder written `<name>`, as in `<id>`: {}",
+            params.describe()
+        );
+    }
+    let Ok(placeholder) = parse_placeholder(name) else {
+        return format!("invalid key: `{{{inner}}}`: {HASH_TAG}");
+    };
+    let options = match options {
+        Some(_) => " (a placeholder is formatted with `Display`, it takes no format options)",
+        None => "",
+    };
+    match resolve(&placeholder, params, Span::call_site()) {
+        Ok(_) => format!(
+            "invalid key: placeholders are written `{placeholder}`, not `{{{inner}}}`{options}"
+        ),
+        Err(unresolved) => format!(
+            "invalid key: placeholders are written `{placeholder}`, not `{{{inner}}}`{options}, \
+             but {unresolved}; and if `{{{inner}}}` is meant as a Redis Cluster hash tag, \
+             leave it out: leasehold wraps every key in one"
+        ),
     }
 }
 
@@ -441,6 +499,11 @@ fn resolve(placeholder: &Placeholder, params: &Params, span: Span) -> Result<Tok
         ident.set_span(span);
         ident.into_token_stream()
     };
+    // Fields are named with the macro's hygiene (which resolves fields as the
+    // user's code would) at the key literal: rustc then reports a misspelt
+    // field there without its "similar name" suggestion, which would replace
+    // the whole literal with the field's name.
+    let span = Span::mixed_site().located_at(span);
     for field in &placeholder.fields {
         let member = match field {
             Field::Named(name) => {
@@ -481,6 +544,8 @@ impl Key {
             match segment {
                 Segment::Text(t) => format.push_str(&t.replace('{', "{{").replace('}', "}}")),
                 Segment::Placeholder(_) => format.push_str("{}"),
+                // Rejected by `check`, which made this `Key`.
+                Segment::Braced(inner) => format.push_str(&format!("{{{{{inner}}}}}")),
             }
         }
         let format = LitStr::new(&format, span);
@@ -606,8 +671,17 @@ mod tests {
     #[test]
     fn rejects_close_brace() {
         assert_eq!(err("}"), TemplateError::CloseBrace);
-        assert_eq!(err("a:{b}"), TemplateError::CloseBrace);
         assert_eq!(err("<a>}"), TemplateError::CloseBrace);
+        assert_eq!(err("a:{b}}"), TemplateError::CloseBrace);
+    }
+
+    #[test]
+    fn braces_are_kept_for_check_to_explain() {
+        let braced = |s: &str| Segment::Braced(s.to_owned());
+        assert_eq!(ok("a:{b}"), vec![text("a:"), braced("b")]);
+        assert_eq!(ok("{}:{x.y}"), vec![braced(""), text(":"), braced("x.y")]);
+        assert_eq!(ok("{<a>}"), vec![braced("<a>")]);
+        assert_eq!(ok("{a"), vec![text("{a")]);
     }
 
     #[test]
@@ -869,6 +943,65 @@ mod tests {
         assert_eq!(
             expansion("r:<slot>", "async fn f(slot: u8)"),
             ":: std :: format ! (\"r:{}\" , slot)"
+        );
+    }
+
+    /// `{id}`, the `format!` habit, is answered with the placeholder syntax;
+    /// every brace group of a key is reported, with the other mistakes.
+    #[test]
+    fn format_braces_say_how_placeholders_are_written() {
+        let sig = "async fn pay(&self, id: u64, order: Order)";
+        assert_eq!(
+            rejection("order:{id}", sig),
+            vec!["invalid key: placeholders are written `<id>`, not `{id}`"]
+        );
+        assert_eq!(
+            rejection("{order.id}:{self}", sig),
+            vec![
+                "invalid key: placeholders are written `<order.id>`, not `{order.id}`",
+                "invalid key: placeholders are written `<self>`, not `{self}`",
+            ]
+        );
+        assert_eq!(
+            rejection("o:{id:?}", sig),
+            vec![
+                "invalid key: placeholders are written `<id>`, not `{id:?}` (a placeholder is \
+                 formatted with `Display`, it takes no format options)"
+            ]
+        );
+        assert_eq!(
+            rejection("o:{}:{0}", sig),
+            vec![
+                "invalid key: `{}` is `format!` syntax; a key names a parameter in a placeholder \
+                 written `<name>`, as in `<id>`: the parameters of `pay` are `self`, `id`, `order`",
+                "invalid key: `{0}` is `format!` syntax; a key names a parameter in a placeholder \
+                 written `<name>`, as in `<id>`: the parameters of `pay` are `self`, `id`, `order`",
+            ]
+        );
+        // A name that is no parameter: a placeholder or a hash tag?
+        assert_eq!(
+            rejection("{user}:cart:<idd>", sig),
+            vec![
+                "invalid key: placeholders are written `<user>`, not `{user}`, but placeholder \
+                 `<user>` names no parameter of `pay`; the parameters of `pay` are `self`, `id`, \
+                 `order`; and if `{user}` is meant as a Redis Cluster hash tag, leave it out: \
+                 leasehold wraps every key in one",
+                "placeholder `<idd>` names no parameter of `pay`; the parameters of `pay` are \
+                 `self`, `id`, `order`",
+            ]
+        );
+        // Anything else between braces can only be a hash tag.
+        assert_eq!(
+            rejection("{user-1}:cart", sig),
+            vec![
+                "invalid key: `{user-1}`: a lock key cannot contain `}` (leasehold wraps keys in \
+                 a Redis Cluster hash tag `{...}`)"
+            ]
+        );
+        // A lone `{` is text.
+        assert_eq!(
+            expansion("{<id>", sig),
+            ":: std :: format ! (\"{{{}\" , id)"
         );
     }
 

@@ -29,6 +29,18 @@ async fn longest() -> Option<u8> {
     Some(2)
 }
 
+/// The limits of the attribute are the library's: the shortest lease
+/// (`leasehold::MIN_TTL`) and the longest `max_hold` (`leasehold::MAX_TTL`) run.
+#[distributed_lock(key = "shortest", ttl = "10ms")]
+async fn shortest() -> Result<u8, LockError> {
+    Ok(3)
+}
+
+#[distributed_lock(key = "held-long", ttl = "10s", renew, max_hold = "8760h")]
+async fn held_long() -> Result<u8, LockError> {
+    Ok(4)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     leasehold::set_global_client(LockClient::in_memory());
@@ -54,4 +66,6 @@ async fn main() {
     assert!(id >= slot.id() + 2);
     assert_eq!(bounded().await.unwrap(), 1);
     assert_eq!(longest().await, Some(2));
+    assert_eq!(shortest().await, Ok(3));
+    assert_eq!(held_long().await, Ok(4));
 }
