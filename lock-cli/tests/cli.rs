@@ -345,6 +345,31 @@ fn connection_failure_exits_3_without_the_password() {
     assert!(!stderr(&out).contains("s3cret-pw"));
 }
 
+/// A URL without a valid `scheme://` is refused with a usage error that
+/// does not repeat its password, given by `--url` or `REDIS_URL`.
+#[test]
+fn malformed_urls_exit_2_without_the_password() {
+    let port = free_port();
+    for url in [
+        format!("default:s3cret-pw@127.0.0.1:{port}"),
+        format!("redis:/:s3cret-pw@127.0.0.1:{port}"),
+        format!("redis:s3cret-pw@127.0.0.1:{port}"),
+        format!(":s3cret-pw@127.0.0.1:{port}"),
+    ] {
+        for out in [
+            leasehold(&["--url", &url, "list"]),
+            leasehold(&["--redlock", "--url", &url, "list"]),
+            leasehold(&["--cluster", "--url", &url, "list"]),
+            leasehold_with_env(&["show", "k"], Some(&url)),
+        ] {
+            assert_eq!(code(&out), 2, "{url}: {}", stderr(&out));
+            let all = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(!all.contains("s3cret-pw"), "{all}");
+            assert!(all.contains("not a Redis URL"), "{all}");
+        }
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [

@@ -242,15 +242,19 @@ impl LockError {
 /// becomes `***`. Passwords may contain unescaped `#`, `/`, `?` or `@`: the
 /// credentials are everything up to the *last* `@`, since a host cannot
 /// contain one.
+///
+/// Text that is not a URL at all is redacted the same way: without a
+/// well-formed `scheme://` (`default:secret@h:1`, `redis:/:secret@h`,
+/// `redis:secret@h`, a leading space...), everything before the last `@`
+/// counts as credentials, and only what precedes its first `:` (a user
+/// name, or the misspelt scheme) stays.
 pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(end) => url.split_at(end + 3),
-        None => ("", url),
-    };
+    let scheme_len = scheme_length(url);
+    let (scheme, rest) = url.split_at(scheme_len);
     let mut out = String::with_capacity(url.len());
     out.push_str(scheme);
     let after_credentials = match rest.rfind('@') {
-        Some(at) if !scheme.is_empty() => {
+        Some(at) => {
             let userinfo = &rest[..at];
             match userinfo.find(':') {
                 Some(colon) => {
@@ -262,10 +266,24 @@ pub(crate) fn redact_url(url: &str) -> String {
             }
             &rest[at + 1..]
         }
-        _ => rest,
+        None => rest,
     };
     out.push_str(&redact_query(after_credentials));
     out
+}
+
+/// The length of a well-formed `scheme://` at the start of `url` (RFC 3986:
+/// a letter, then letters, digits, `+`, `-` or `.`), or 0 when there is none.
+fn scheme_length(url: &str) -> usize {
+    let Some(colon) = url.find("://") else {
+        return 0;
+    };
+    let name = &url[..colon];
+    let well_formed = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if well_formed { colon + 3 } else { 0 }
 }
 
 /// `pass=` and `password=` query parameters, redacted.
@@ -286,7 +304,7 @@ fn redact_query(text: &str) -> String {
 
 fn is_secret_param(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    name == "pass" || name == "password" || name.ends_with("password") || name.ends_with("pass")
+    name.ends_with("password") || name.ends_with("pass") || name == "pw" || name == "pwd"
 }
 
 #[cfg(test)]
@@ -316,6 +334,28 @@ mod tests {
             redact_url("redis://u:a/b?c@d@h:1/0?password=x"),
             "redis://u:***@h:1/0?password=***"
         );
+    }
+
+    #[test]
+    fn redacts_passwords_of_urls_without_a_valid_scheme() {
+        for (url, shown) in [
+            ("default:pw@host:6379", "default:***@host:6379"),
+            (":pw@host", ":***@host"),
+            ("pw@host", "***@host"),
+            ("redis:/:pw@host", "redis:***@host"),
+            ("redis:pw@host:1/0", "redis:***@host:1/0"),
+            ("redis:/u:pw@host", "redis:***@host"),
+            ("u:a:pw@host", "u:***@host"),
+            ("u:x://pw@host", "u:***@host"),
+            (" redis://:pw@host", " redis:***@host"),
+            ("redis ://:pw@host", "redis :***@host"),
+            ("redis\\\\:pw@host", "redis\\\\:***@host"),
+            ("host:1?password=pw", "host:1?password=***"),
+            ("redsi://u:pw@host", "redsi://u:***@host"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("pw@"), "{url}");
+        }
     }
 
     #[test]

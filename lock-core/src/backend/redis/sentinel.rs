@@ -130,7 +130,8 @@ fn split_sentinel_url(url: &str) -> Result<(String, PrimaryTemplate), LockError>
             "sentinels",
             format!(
                 "`{}` is not a sentinel URL; expected redis://[user:password@]host:port",
-                redact_url(url.split('?').next().unwrap_or(url))
+                // Redacted whole: a password may contain a `?`.
+                redact_url(url)
             ),
         )
     };
