@@ -83,6 +83,23 @@ pub enum LockError {
         message: String,
     },
 
+    /// The server refused this client's setup, and no retry will fix it: a
+    /// wrong password or user name (`WRONGPASS`), no password for a server
+    /// that requires one (`NOAUTH`), a database the server does not have
+    /// (`/99`), a user the ACL does not allow a command leasehold needs
+    /// (`NOPERM`), a TLS certificate not trusted, or a client certificate
+    /// missing. `server` names the server without any password, and
+    /// `message` says what to change.
+    #[error("redis setup error on {server}{}: {message}", key_suffix(.key))]
+    Misconfigured {
+        /// The server, as `redis://user:***@host:port/db` (credentials redacted).
+        server: String,
+        /// The lock's key, when the failure concerned one lock.
+        key: Option<String>,
+        /// What is wrong, and how to fix it.
+        message: String,
+    },
+
     /// The lock was acquired, but fewer replicas than required acknowledged
     /// it in time; it was released again (fail closed).
     #[error(
@@ -182,7 +199,8 @@ impl LockError {
 
     /// `true` when the backend could not be reached, did not answer, or could
     /// not replicate in time ([`LockError::Backend`], [`LockError::Quorum`],
-    /// [`LockError::ReplicaSync`]): retrying later may help.
+    /// [`LockError::ReplicaSync`]): retrying later may help. Never true for a
+    /// setup mistake (see [`is_misconfigured`](Self::is_misconfigured)).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -196,6 +214,31 @@ impl LockError {
         )
     }
 
+    /// `true` when the setup is wrong and retrying cannot help: a wrong
+    /// password or user, `NOAUTH`, an unknown database, a missing ACL
+    /// permission, an untrusted server certificate or a missing client
+    /// certificate ([`LockError::Misconfigured`]), and a server refused for
+    /// its `maxmemory-policy` (an [`LockError::InvalidArgument`] named
+    /// `server`). An HTTP service answers 500 and someone fixes the setup.
+    ///
+    /// ```
+    /// use leasehold_core::LockError;
+    ///
+    /// let err = LockError::Misconfigured {
+    ///     server: "redis://:***@10.0.0.5:6379".into(),
+    ///     key: None,
+    ///     message: "WRONGPASS: the server refused the password in the URL".into(),
+    /// };
+    /// assert!(err.is_misconfigured());
+    /// assert!(!err.is_unavailable());
+    /// ```
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(
+            self,
+            LockError::Misconfigured { .. } | LockError::InvalidArgument { name: "server", .. }
+        )
+    }
+
     /// The lock's key, when the error concerns one lock.
     pub fn key(&self) -> Option<&str> {
         match self {
@@ -204,7 +247,9 @@ impl LockError {
             | LockError::NotHeld { key }
             | LockError::WrongType { key, .. }
             | LockError::ReplicaSync { key, .. } => Some(key),
-            LockError::Backend { key, .. } | LockError::Quorum { key, .. } => key.as_deref(),
+            LockError::Backend { key, .. }
+            | LockError::Misconfigured { key, .. }
+            | LockError::Quorum { key, .. } => key.as_deref(),
             LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
         }
     }
@@ -212,6 +257,15 @@ impl LockError {
     /// A backend failure on `server` (already redacted), not yet tied to a lock.
     pub(crate) fn backend(server: &str, message: impl Into<String>) -> Self {
         LockError::Backend {
+            server: server.to_owned(),
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// A setup mistake on `server` (already redacted), not yet tied to a lock.
+    pub(crate) fn misconfigured(server: &str, message: impl Into<String>) -> Self {
+        LockError::Misconfigured {
             server: server.to_owned(),
             key: None,
             message: message.into(),
@@ -227,7 +281,9 @@ impl LockError {
 
     /// Attach the lock key to a backend error that did not know it.
     pub(crate) fn with_key(mut self, lock_key: &str) -> Self {
-        if let LockError::Backend { key, .. } | LockError::Quorum { key, .. } = &mut self
+        if let LockError::Backend { key, .. }
+        | LockError::Misconfigured { key, .. }
+        | LockError::Quorum { key, .. } = &mut self
             && key.is_none()
         {
             *key = Some(lock_key.to_owned());

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientConfig;
 use crate::error::LockError;
@@ -338,8 +337,8 @@ impl LockRequest {
                     expires_in.unwrap_or(self.wait)
                 }
                 Err(error) => {
-                    // An ACL refusal is a setup mistake: retrying cannot help.
-                    if Instant::now() + retry_delay >= deadline || is_acl_refusal(&error) {
+                    // A setup mistake (an ACL refusal, a refused password): retrying cannot help.
+                    if Instant::now() + retry_delay >= deadline || error.is_misconfigured() {
                         return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;

@@ -43,6 +43,7 @@ pub(crate) fn error_kind(error: &LockError) -> &'static str {
         LockError::NoGlobalClient => "no_global_client",
         LockError::WrongType { .. } => "wrong_type",
         LockError::Backend { .. } => "backend",
+        LockError::Misconfigured { .. } => "misconfigured",
         LockError::ReplicaSync { .. } => "replica_sync",
         LockError::Quorum { .. } => "quorum",
     }

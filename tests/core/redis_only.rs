@@ -565,12 +565,13 @@ async fn connect_fails_with_the_servers_own_words() {
     let err = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
-    assert!(err.is_unavailable(), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("NOAUTH"), "{err}");
     let err = LockClient::connect(&format!("redis://:wrong-pw@127.0.0.1:{port}"))
         .await
         .unwrap_err();
     let text = err.to_string();
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(
         text.contains("WRONGPASS") || text.contains("invalid password"),
         "{text}"

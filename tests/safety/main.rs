@@ -17,6 +17,7 @@ mod eviction;
 mod fencing;
 mod limits;
 mod lost_reply;
+mod misconfigured;
 mod redlock_budget;
 mod reentry;
 mod restart;

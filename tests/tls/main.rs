@@ -117,13 +117,28 @@ fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
         .connect_timeout(Duration::from_secs(2))
 }
 
+/// A server that cannot be reached: unavailable (retry later).
 fn assert_backend_without_password(err: &LockError, port: u16) {
-    eprintln!("error as users see it: {err}");
-    let text = err.to_string();
     assert!(
-        matches!(err, LockError::Backend { .. }),
+        matches!(err, LockError::Backend { .. }) && err.is_unavailable(),
         "expected LockError::Backend, got {err:?}"
     );
+    assert_names_server_without_password(err, port);
+}
+
+/// A certificate refused (either way): a setup mistake, not an outage.
+fn assert_misconfigured_without_password(err: &LockError, port: u16) {
+    assert!(
+        matches!(err, LockError::Misconfigured { .. }) && err.is_misconfigured(),
+        "expected LockError::Misconfigured, got {err:?}"
+    );
+    assert!(!err.is_unavailable(), "{err:?}");
+    assert_names_server_without_password(err, port);
+}
+
+fn assert_names_server_without_password(err: &LockError, port: u16) {
+    eprintln!("error as users see it: {err}");
+    let text = err.to_string();
     assert!(
         text.contains(&format!("rediss://:***@127.0.0.1:{port}")),
         "the error names the server (redacted): {text}"
@@ -199,12 +214,12 @@ async fn mutual_tls_with_a_client_certificate() {
         .connect(&tls.url())
         .await
         .expect_err("no client certificate: refused");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     assert!(err.to_string().contains("tls_client_cert"), "{err}");
 }
 
 /// Certificates are verified: a server signed by a CA the client does not
-/// trust is refused with a clear error, both with another custom CA and with
+/// trust is refused with a clear error (a misconfiguration, not an outage), both with another custom CA and with
 /// the default (web PKI) roots.
 #[tokio::test]
 async fn wrong_ca_is_a_clear_backend_error() {
@@ -216,7 +231,7 @@ async fn wrong_ca_is_a_clear_backend_error() {
         .connect(&tls.url())
         .await
         .expect_err("a server signed by an untrusted CA is refused");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     let text = err.to_string();
     assert!(
         text.contains("certificate") && text.contains("tls_ca"),
@@ -228,7 +243,7 @@ async fn wrong_ca_is_a_clear_backend_error() {
         .connect(&tls.url())
         .await
         .expect_err("default roots do not trust a private CA");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     assert!(err.to_string().contains("certificate"), "{err}");
 }
 
@@ -259,7 +274,7 @@ async fn host_name_is_verified() {
         .connect(&format!("rediss://127.0.0.1:{tls_port}"))
         .await
         .expect_err("a certificate for another host is refused");
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("certificate"), "{err}");
 }
 
@@ -372,7 +387,7 @@ async fn cluster_over_tls() {
         .connect_cluster(&urls)
         .await
         .expect_err("a cluster whose CA is not trusted is refused");
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("tls_ca"), "{err}");
     drop(cluster);
 }

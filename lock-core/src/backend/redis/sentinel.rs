@@ -330,7 +330,9 @@ impl Shared {
     }
 }
 
-/// Ask each sentinel in turn for the primary; the first answer wins.
+/// Ask each sentinel in turn for the primary; the first answer wins. When
+/// every sentinel (or the primary it named) refused this client's setup
+/// (a wrong password...), the error is [`LockError::Misconfigured`].
 async fn resolve(
     master_name: &str,
     sentinels: &[Address],
@@ -339,6 +341,11 @@ async fn resolve(
     shown: &str,
 ) -> Result<Address, LockError> {
     let mut errors = Vec::new();
+    let mut setup_errors = 0;
+    let mut failed = |error: LockError, errors: &mut Vec<String>| {
+        setup_errors += usize::from(error.is_misconfigured());
+        errors.push(error.to_string());
+    };
     for sentinel in sentinels {
         match ask(master_name, sentinel, options).await {
             Ok(Some((host, port))) => {
@@ -347,20 +354,22 @@ async fn resolve(
                 match is_primary(&address, options).await {
                     Ok(true) => return Ok(address),
                     Ok(false) => errors.push(format!("{} is not a primary", address.shown)),
-                    Err(e) => errors.push(e.to_string()),
+                    Err(e) => failed(e, &mut errors),
                 }
             }
             Ok(None) => errors.push(format!(
                 "{} knows no primary named `{master_name}`",
                 sentinel.shown
             )),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => failed(e, &mut errors),
         }
     }
-    Err(LockError::backend(
-        shown,
-        format!("no primary found: {}", errors.join("; ")),
-    ))
+    let message = format!("no primary found: {}", errors.join("; "));
+    Err(if setup_errors > 0 && setup_errors == errors.len() {
+        LockError::misconfigured(shown, message)
+    } else {
+        LockError::backend(shown, message)
+    })
 }
 
 /// One sentinel's answer to `SENTINEL get-master-addr-by-name`.
