@@ -22,6 +22,14 @@ use crate::watchdog::Watchdog;
 /// Cheap to clone (an `Arc`): clones share connections, the watchdog, and
 /// reentrancy (a task re-entering a lock through a clone re-enters).
 ///
+/// **leasehold needs a [tokio](https://docs.rs/tokio) runtime** with time
+/// and I/O enabled (`#[tokio::main]`, or `Builder::enable_all()`): connect
+/// and use a client from within one. Outside any tokio runtime (a plain
+/// thread, `futures::executor::block_on`, another async runtime), the
+/// connect methods, [`LockRequest::acquire`] and the operator calls return
+/// [`LockError::InvalidArgument`] named `runtime` instead of letting the
+/// Redis client panic. A client is tied to the runtime it connected in.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), leasehold_core::LockError> {
 /// use leasehold_core::LockClient;
@@ -210,6 +218,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        require_runtime("inspect")?;
         let keys = self.operator_keys(key)?;
         let found = self
             .shared
@@ -246,6 +255,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        require_runtime("list")?;
         if pattern.contains('}') {
             return Err(LockError::invalid(
                 "pattern",
@@ -286,6 +296,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        require_runtime("force_release")?;
         let keys = self.operator_keys(key)?;
         let held = self
             .shared
@@ -314,6 +325,21 @@ impl LockClient {
                 backend,
             }),
         }
+    }
+}
+
+/// Refuse to go on outside a tokio runtime, where the Redis client (and
+/// leasehold's own timers and background tasks) would panic.
+pub(crate) fn require_runtime(operation: &str) -> Result<(), LockError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(LockError::invalid(
+            "runtime",
+            format!(
+                "{operation} ran outside a tokio runtime; leasehold needs one, with time and I/O \
+                 enabled (#[tokio::main], or tokio::runtime::Builder::enable_all)"
+            ),
+        )),
     }
 }
 
@@ -524,6 +550,7 @@ impl LockClientBuilder {
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.check()?;
+        require_runtime("connect")?;
         let backend = Server::connect(url, &self.options, self.policy, Arc::default()).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
@@ -535,6 +562,7 @@ impl LockClientBuilder {
         S: AsRef<str>,
     {
         self.check()?;
+        require_runtime("connect_redlock")?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let backend = RedlockBackend::connect(&urls, &self.options, self.policy).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
@@ -548,6 +576,7 @@ impl LockClientBuilder {
         S: AsRef<str>,
     {
         self.check()?;
+        require_runtime("connect_cluster")?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let backend =
             crate::backend::redis::cluster::Cluster::connect(&urls, &self.options, self.policy)
@@ -568,6 +597,7 @@ impl LockClientBuilder {
         S: AsRef<str>,
     {
         self.check()?;
+        require_runtime("connect_sentinel")?;
         let urls: Vec<String> = sentinels
             .into_iter()
             .map(|u| u.as_ref().to_owned())
