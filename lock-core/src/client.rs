@@ -475,7 +475,8 @@ impl LockClientBuilder {
     /// instead of the bundled web PKI roots: for a server whose certificate
     /// a private CA signed. Certificates are always verified, host name
     /// included. A `pem` with no certificate makes `connect` fail with
-    /// [`LockError::InvalidArgument`].
+    /// [`LockError::InvalidArgument`], and so does a URL that is not
+    /// `rediss://` (it would connect unencrypted).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), leasehold_core::LockError> {
@@ -503,6 +504,8 @@ impl LockClientBuilder {
 
     /// Present this client certificate (PEM chain) and private key (PEM)
     /// to `rediss://` servers that require one (`tls-auth-clients yes`).
+    /// With a URL that is not `rediss://`, `connect` fails with
+    /// [`LockError::InvalidArgument`] (it would connect unencrypted).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
@@ -547,9 +550,40 @@ impl LockClientBuilder {
         }
     }
 
+    /// TLS certificates (`tls_ca`, `tls_client_cert`) with a URL that does
+    /// not ask for TLS would go unused, and the connection would run
+    /// unencrypted without a word: refused.
+    fn check_tls_urls<S: AsRef<str>>(&self, urls: &[S]) -> Result<(), LockError> {
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.options.tls {
+            let name = if certs.root_cert.is_some() {
+                "tls_ca"
+            } else {
+                "tls_client_cert"
+            };
+            for url in urls.iter().map(AsRef::as_ref) {
+                let scheme = url.trim_start().to_ascii_lowercase();
+                if !(scheme.starts_with("rediss://") || scheme.starts_with("valkeys://")) {
+                    return Err(LockError::invalid(
+                        name,
+                        format!(
+                            "`{}` is not a rediss:// URL: the connection would not be encrypted \
+                             and the certificates given with {name} would go unused; use rediss://",
+                            crate::error::redact_url(url)
+                        ),
+                    ));
+                }
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = urls;
+        Ok(())
+    }
+
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.check()?;
+        self.check_tls_urls(&[url])?;
         require_runtime("connect")?;
         let backend = Server::connect(url, &self.options, self.policy, Arc::default()).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
@@ -564,6 +598,7 @@ impl LockClientBuilder {
         self.check()?;
         require_runtime("connect_redlock")?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        self.check_tls_urls(&urls)?;
         let backend = RedlockBackend::connect(&urls, &self.options, self.policy).await?;
         Ok(LockClient::from_backend(Arc::new(backend), &self))
     }
@@ -578,6 +613,7 @@ impl LockClientBuilder {
         self.check()?;
         require_runtime("connect_cluster")?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        self.check_tls_urls(&urls)?;
         let backend =
             crate::backend::redis::cluster::Cluster::connect(&urls, &self.options, self.policy)
                 .await?;
@@ -602,6 +638,7 @@ impl LockClientBuilder {
             .into_iter()
             .map(|u| u.as_ref().to_owned())
             .collect();
+        self.check_tls_urls(&urls)?;
         let backend = crate::backend::redis::sentinel::Sentinel::connect(
             master_name,
             &urls,

@@ -222,7 +222,7 @@ async fn mutual_tls_with_a_client_certificate() {
 /// trust is refused with a clear error (a misconfiguration, not an outage), both with another custom CA and with
 /// the default (web PKI) roots.
 #[tokio::test]
-async fn wrong_ca_is_a_clear_backend_error() {
+async fn wrong_ca_is_a_clear_misconfiguration() {
     let ca = Ca::new("the server's CA");
     let other = Ca::new("some other CA");
     let tls = TlsServer::start(&ca, false);
@@ -390,4 +390,67 @@ async fn cluster_over_tls() {
     assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("tls_ca"), "{err}");
     drop(cluster);
+}
+
+/// Certificates given for TLS with a URL that does not ask for it: refused
+/// (it would connect unencrypted, the certificates unused), on every kind of
+/// client, without the password.
+#[tokio::test]
+async fn certificates_with_a_plain_url_are_an_invalid_argument() {
+    let ca = Ca::new("leasehold plain-url CA");
+    let tls = TlsServer::start(&ca, false);
+    // The plain port of the same server: connecting there would work.
+    let plain = format!("redis://:{PASSWORD}@127.0.0.1:{}", tls.server.port());
+    let (cert, key) = ca.leaf(&["leasehold-client"]);
+    let with_ca = || client_builder(&ca);
+    let with_cert = || {
+        LockClient::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .tls_client_cert(cert.clone(), key.clone())
+    };
+    let outcomes = [
+        (
+            "tls_ca",
+            "connect",
+            with_ca().connect(&plain).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "redlock",
+            with_ca().connect_redlock([&plain]).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "cluster",
+            with_ca().connect_cluster([&plain]).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "sentinel",
+            with_ca()
+                .connect_sentinel("mymaster", [&plain])
+                .await
+                .map(drop),
+        ),
+        (
+            "tls_client_cert",
+            "connect",
+            with_cert().connect(&plain).await.map(drop),
+        ),
+    ];
+    for (option, what, outcome) in outcomes {
+        match outcome {
+            Err(LockError::InvalidArgument { name, reason }) => {
+                assert_eq!(name, option, "{what}: {reason}");
+                assert!(reason.contains("rediss://"), "{what}: {reason}");
+                assert!(!reason.contains(PASSWORD), "{what}: {reason}");
+            }
+            other => panic!("{what} with {option} and redis://: {other:?}"),
+        }
+    }
+    // The TLS URL with the same options connects.
+    client_builder(&ca)
+        .connect(&tls.url())
+        .await
+        .expect("rediss:// with tls_ca connects");
 }
