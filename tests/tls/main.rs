@@ -10,106 +10,14 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+#[path = "../support/tls.rs"]
+mod tls_support;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockError};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use support::{RedisServer, free_port};
-
-const PASSWORD: &str = "tls-s3cret-pw";
-
-/// A CA: its certificate (PEM) and what signs server/client certificates.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("CA key");
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate"),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A leaf certificate for `names` (DNS names or IPs): (cert PEM, key PEM).
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
-        let params = CertificateParams::new(names).expect("leaf params");
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// A fresh directory for one test's PEM files.
-fn pem_dir() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-tls-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("create pem dir");
-    dir
-}
-
-fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write pem");
-    path.to_string_lossy().into_owned()
-}
-
-/// A redis-server with TLS on `tls_port`, its certificate signed by `ca` for
-/// `localhost` and 127.0.0.1, requiring `PASSWORD`. `client_auth`: whether it
-/// demands a client certificate signed by `ca`.
-struct TlsServer {
-    server: RedisServer,
-    tls_port: u16,
-}
-
-impl TlsServer {
-    fn start(ca: &Ca, client_auth: bool) -> TlsServer {
-        let dir = pem_dir();
-        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
-        let cert = write(&dir, "server.crt", &cert);
-        let key = write(&dir, "server.key", &key);
-        let ca_file = write(&dir, "ca.crt", &ca.pem());
-        let tls_port = free_port().to_string();
-        let auth = if client_auth { "yes" } else { "no" };
-        let server = RedisServer::start_with(&[
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &ca_file,
-            "--tls-auth-clients",
-            auth,
-            "--requirepass",
-            PASSWORD,
-        ]);
-        TlsServer {
-            server,
-            tls_port: tls_port.parse().expect("port"),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("rediss://:{PASSWORD}@127.0.0.1:{}", self.tls_port)
-    }
-}
+use support::free_port;
+use tls_support::{Ca, PASSWORD, TlsServer, tls_args};
 
 fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
     LockClient::builder()
@@ -252,26 +160,9 @@ async fn wrong_ca_is_a_clear_misconfiguration() {
 #[tokio::test]
 async fn host_name_is_verified() {
     let ca = Ca::new("leasehold hostname CA");
-    let dir = pem_dir();
-    let (cert, key) = ca.leaf(&["not-this-host.example"]);
-    let cert = write(&dir, "server.crt", &cert);
-    let key = write(&dir, "server.key", &key);
-    let ca_file = write(&dir, "ca.crt", &ca.pem());
-    let tls_port = free_port();
-    let _server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca_file,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let tls = TlsServer::start_for(&ca, &["not-this-host.example"], false);
     let err = client_builder(&ca)
-        .connect(&format!("rediss://127.0.0.1:{tls_port}"))
+        .connect(&tls.url())
         .await
         .expect_err("a certificate for another host is refused");
     assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
@@ -322,32 +213,16 @@ async fn unreadable_ca_is_an_invalid_argument() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls() {
     let ca = Ca::new("leasehold cluster CA");
-    let dir = pem_dir();
-    let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
-    let cert = write(&dir, "node.crt", &cert);
-    let key = write(&dir, "node.key", &key);
-    let ca_file = write(&dir, "ca.crt", &ca.pem());
     let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let ports = tls_ports.clone();
+    let node_args: Vec<Vec<String>> = tls_ports
+        .iter()
+        .map(|&port| tls_args(&ca, &["localhost", "127.0.0.1"], port, false))
+        .collect();
     let cluster = tokio::task::spawn_blocking(move || {
         support::RedisCluster::start_with(3, |i| {
-            [
-                "--tls-port",
-                &ports[i].to_string(),
-                "--tls-cluster",
-                "yes",
-                "--tls-cert-file",
-                &cert,
-                "--tls-key-file",
-                &key,
-                "--tls-ca-cert-file",
-                &ca_file,
-                "--tls-auth-clients",
-                "no",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect()
+            let mut args = node_args[i].clone();
+            args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
+            args
         })
     })
     .await
