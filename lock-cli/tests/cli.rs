@@ -13,7 +13,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockGuard};
 use serde_json::Value;
 use support::{MASTER_NAME, RedisCluster, RedisServer, SentinelSet, free_port};
-use tls_support::{Ca, PASSWORD, TlsServer, pem_dir, write};
+use tls_support::{Ca, PASSWORD, TlsSentinel, TlsServer, pem_dir, write};
 
 /// Run the binary with `args` (no `REDIS_URL` from the environment, stdin
 /// not a terminal).
@@ -655,4 +655,42 @@ async fn an_evicting_server_is_read_with_a_warning() {
             .expect("inspect")
             .is_none()
     );
+}
+
+/// `--sentinel` with `--tls-ca`: a Sentinel deployment over TLS whose
+/// certificates a private CA signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls() {
+    let ca = Ca::new("leasehold CLI sentinel CA");
+    let primary = tokio::task::block_in_place(|| TlsServer::start(&ca, false));
+    let sentinel = tokio::task::block_in_place(|| TlsSentinel::start(&ca, &primary));
+    let ca_file = write(&pem_dir(), "ca.crt", &ca.pem());
+    let holder = LockClient::builder()
+        .name("tls-sentinel-worker")
+        .tls_ca(ca.pem())
+        .connect_sentinel(MASTER_NAME, [sentinel.url()])
+        .await
+        .expect("the library connects through the TLS sentinel");
+    let _held = hold(&holder, "order:tls-sentinel").await;
+
+    let url = sentinel.url();
+    let out = leasehold(&[
+        "--sentinel",
+        MASTER_NAME,
+        "--url",
+        &url,
+        "--tls-ca",
+        &ca_file,
+        "list",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("tls-sentinel-worker"),
+        "{}",
+        stdout(&out)
+    );
+    let out = leasehold(&["--sentinel", MASTER_NAME, "--url", &url, "list"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--tls-ca"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(PASSWORD), "{}", stderr(&out));
 }

@@ -109,3 +109,71 @@ pub fn tls_args(ca: &Ca, names: &[&str], tls_port: u16, client_auth: bool) -> Ve
         auth.to_owned(),
     ]
 }
+
+/// A Sentinel serving TLS only (its certificate signed by `ca`), monitoring
+/// a [`TlsServer`] as `MASTER_NAME` over TLS; killed when dropped.
+pub struct TlsSentinel {
+    child: std::process::Child,
+    pub tls_port: u16,
+}
+
+impl TlsSentinel {
+    pub fn start(ca: &Ca, primary: &TlsServer) -> TlsSentinel {
+        let tls_port = free_port();
+        let dir = pem_dir();
+        let args = tls_args(ca, &["localhost", "127.0.0.1"], tls_port, false);
+        let mut conf = format!(
+            "port 0\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {dir}/sentinel.log\ntls-replication yes\n",
+            dir = dir.display()
+        );
+        for pair in args.chunks(2) {
+            conf.push_str(&format!(
+                "{} {}\n",
+                pair[0].trim_start_matches("--"),
+                pair[1]
+            ));
+        }
+        conf.push_str(&format!(
+            "sentinel monitor {name} 127.0.0.1 {port} 1\nsentinel auth-pass {name} {PASSWORD}\n",
+            name = crate::support::MASTER_NAME,
+            port = primary.tls_port
+        ));
+        let path = dir.join("sentinel.conf");
+        std::fs::write(&path, conf).expect("write sentinel.conf");
+        let child = std::process::Command::new(
+            std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
+        )
+        .arg(&path)
+        .arg("--sentinel")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn a TLS sentinel");
+        // Ready once its TLS port accepts connections.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the TLS sentinel on {tls_port} did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        TlsSentinel { child, tls_port }
+    }
+
+    /// The sentinel's URL, with the primary's password in the query.
+    pub fn url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}?primary_password={PASSWORD}",
+            self.tls_port
+        )
+    }
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

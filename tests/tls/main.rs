@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockError};
 use support::free_port;
-use tls_support::{Ca, PASSWORD, TlsServer, tls_args};
+use tls_support::{Ca, PASSWORD, TlsSentinel, TlsServer, tls_args};
 
 fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
     LockClient::builder()
@@ -328,4 +328,33 @@ async fn certificates_with_a_plain_url_are_an_invalid_argument() {
         .connect(&tls.url())
         .await
         .expect("rediss:// with tls_ca connects");
+}
+
+/// Sentinel over TLS with a private CA: the sentinels are asked, and the
+/// primary reached, with the certificates given to the builder.
+#[cfg(feature = "sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_with_a_private_ca() {
+    let ca = Ca::new("leasehold sentinel CA");
+    let primary = TlsServer::start(&ca, false);
+    let sentinel = TlsSentinel::start(&ca, &primary);
+    let client = client_builder(&ca)
+        .connect_sentinel(support::MASTER_NAME, [sentinel.url()])
+        .await
+        .expect("connect through a TLS sentinel");
+    let guard = client
+        .lock("tls:sentinel")
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+
+    // Without the CA, the sentinel's certificate is refused: a setup mistake.
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_sentinel(support::MASTER_NAME, [sentinel.url()])
+        .await
+        .expect_err("an untrusted sentinel");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
+    assert!(!err.to_string().contains(PASSWORD), "{err}");
 }

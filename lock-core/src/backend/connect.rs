@@ -79,7 +79,20 @@ impl Address {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let info = self.info.clone().set_redis_settings(settings);
+        self.open(self.info.clone().set_redis_settings(settings), options)
+    }
+
+    /// A redis-rs client for this address as the URL says (a sentinel's),
+    /// with the custom TLS certificates of `options` for `rediss://`.
+    pub(crate) fn client(&self, options: &ConnectOptions) -> Result<redis::Client, LockError> {
+        self.open(self.info.clone(), options)
+    }
+
+    fn open(
+        &self,
+        info: redis::ConnectionInfo,
+        options: &ConnectOptions,
+    ) -> Result<redis::Client, LockError> {
         #[cfg(feature = "tls")]
         if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&options.tls, info.addr()) {
             return redis::Client::build_with_tls(info, certs.clone())

@@ -242,6 +242,7 @@ impl Sentinel {
         for sentinel in &shared.sentinels {
             tokio::spawn(hear_switches(
                 sentinel.clone(),
+                sentinel.client(options)?,
                 master_name.to_owned(),
                 switches_tx.clone(),
                 alive_rx.clone(),
@@ -378,8 +379,7 @@ async fn ask(
     sentinel: &Address,
     options: &ConnectOptions,
 ) -> Result<Option<(String, u16)>, LockError> {
-    let client = redis::Client::open(sentinel.info.clone())
-        .map_err(|e| backend_error(&sentinel.shown, e))?;
+    let client = sentinel.client(options)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
         options,
@@ -397,8 +397,7 @@ async fn ask(
 
 /// Whether the server at `address` says `ROLE` master.
 async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool, LockError> {
-    let client =
-        redis::Client::open(address.info.clone()).map_err(|e| backend_error(&address.shown, e))?;
+    let client = address.client(options)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
         options,
@@ -486,6 +485,7 @@ async fn follow(
 /// `master_name`, reconnecting as needed, until `alive` is dropped.
 async fn hear_switches(
     sentinel: Address,
+    client: redis::Client,
     master_name: String,
     switches: mpsc::UnboundedSender<()>,
     mut alive: watch::Receiver<()>,
@@ -493,7 +493,6 @@ async fn hear_switches(
     let ours = |payload: &str| payload.split(' ').next() == Some(master_name.as_str());
     loop {
         let listening = async {
-            let client = redis::Client::open(sentinel.info.clone())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(SWITCH_MASTER).await?;
             let mut messages = pubsub.on_message();
