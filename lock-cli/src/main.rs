@@ -183,7 +183,15 @@ impl From<LockError> for Failure {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // Help and version exit 0, usage errors 2.
+        // A usage error may quote a misplaced URL: never its password.
+        Err(error) if error.use_stderr() => {
+            let args: Vec<String> = std::env::args_os()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect();
+            eprint!("{}", without_secrets(&error.to_string(), &args));
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(USAGE));
+        }
+        // Help and version exit 0.
         Err(error) => error.exit(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -281,6 +289,32 @@ async fn connect_with(global: &Global, allow_eviction: bool) -> Result<LockClien
         }
     };
     Ok(client)
+}
+
+/// `text` with every command-line argument (or `--option=value` value) that
+/// may hold a password masked: anything with an `@` keeps only what follows
+/// its last `@`, anything naming a password is hidden whole.
+fn without_secrets(text: &str, args: &[String]) -> String {
+    let mut values: Vec<&str> = args
+        .iter()
+        .flat_map(|arg| [Some(arg.as_str()), arg.split_once('=').map(|(_, v)| v)])
+        .flatten()
+        .filter(|value| !value.is_empty())
+        .collect();
+    // Longest first, so that a value is masked before a part of it.
+    values.sort_by_key(|value| std::cmp::Reverse(value.len()));
+    let mut text = text.to_owned();
+    for value in values {
+        let masked = if value.to_ascii_lowercase().contains("pass") {
+            "***".to_owned()
+        } else if let Some(at) = value.rfind('@') {
+            format!("***{}", &value[at..])
+        } else {
+            continue;
+        };
+        text = text.replace(value, &masked);
+    }
+    text
 }
 
 /// The library's advice names its builder methods; an operator sets the
@@ -466,6 +500,24 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_mask_passwords() {
+        let args: Vec<String> = [
+            "leasehold",
+            "show",
+            "k",
+            "redis://u:pw@h:1",
+            "--url=unix:///s?pass=x",
+        ]
+        .map(String::from)
+        .to_vec();
+        let text = "unexpected 'redis://u:pw@h:1' and 'unix:///s?pass=x' for k";
+        assert_eq!(
+            without_secrets(text, &args),
+            "unexpected '***@h:1' and '***' for k"
+        );
     }
 
     #[test]

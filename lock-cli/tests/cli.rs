@@ -373,6 +373,26 @@ fn malformed_urls_exit_2_without_the_password() {
     }
 }
 
+/// A URL in the wrong place is quoted by the usage error: masked.
+#[test]
+fn usage_errors_do_not_quote_a_password() {
+    for args in [
+        vec!["show", "k", "redis://:s3cret-pw@127.0.0.1:1"],
+        vec!["--json=redis://:s3cret-pw@127.0.0.1:1", "list"],
+        vec!["watch", "k", "--interval", "redis://u:s3cret-pw@h:1"],
+        vec!["list", "a", "unix:///tmp/r.sock?pass=s3cret-pw"],
+    ] {
+        let out = leasehold(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("error"), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("s3cret-pw"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [
