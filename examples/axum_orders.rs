@@ -5,7 +5,8 @@
 //! machines behind a load balancer, and two requests paying the same order
 //! at the same moment can no longer both see "unpaid" and charge twice: one
 //! pays, the other answers **409 Conflict** at once. A Redis outage answers
-//! **503 Service Unavailable**. Errors are JSON: `{"error": "...", "key": "order:42"}`.
+//! **503 Service Unavailable**; a setup mistake (a wrong password, say)
+//! **500 Internal Server Error**. Errors are JSON: `{"error": "...", "key": "order:42"}`.
 //!
 //! ```text
 //! cargo run --example axum_orders
@@ -71,6 +72,13 @@ impl IntoResponse for PayError {
             (
                 StatusCode::CONFLICT,
                 "this order is being paid by another request".to_owned(),
+            )
+        } else if err.is_misconfigured() {
+            // A wrong password, an unknown database, an untrusted
+            // certificate...: no retry helps, the setup must be fixed.
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the lock service is misconfigured: {err}"),
             )
         } else if err.is_unavailable() {
             (

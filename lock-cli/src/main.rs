@@ -5,6 +5,8 @@
 //! leasehold show order:42             # holder, lease left, fencing token, waiters
 //! leasehold release order:42 --force  # an operator's release (asks first)
 //! leasehold watch order:42            # a live view, refreshed in place
+//! leasehold --sentinel mymaster --url redis://s1:26379,redis://s2:26379 list
+//! leasehold --url rediss://:pw@redis.internal:6380 --tls-ca ca.crt list
 //! ```
 //!
 //! Exit codes: 0 done, 1 not found (`show` or `release` of a free lock),
@@ -14,6 +16,7 @@
 mod format;
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -53,8 +56,9 @@ struct Cli {
 /// Options accepted before or after the subcommand.
 #[derive(Debug, Args)]
 struct Global {
-    /// Redis URL; with --cluster or --redlock, several (repeat the option or
-    /// separate with commas).
+    /// Redis URL (redis://, rediss:// for TLS, unix://); with --cluster,
+    /// --redlock or --sentinel, several (repeat the option or separate with
+    /// commas).
     #[arg(
         long,
         global = true,
@@ -66,12 +70,32 @@ struct Global {
     url: Vec<String>,
 
     /// Treat the URLs as seed nodes of a Redis Cluster.
-    #[arg(long, global = true, conflicts_with = "redlock")]
+    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
     cluster: bool,
 
     /// Treat the URLs as the independent masters of a Redlock deployment.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, conflicts_with = "sentinel")]
     redlock: bool,
+
+    /// Treat the URLs as Sentinels, and use the primary of the set MASTER
+    /// they monitor (e.g. `--sentinel mymaster --url redis://s1:26379`; the
+    /// primary's password goes in `?primary_password=`).
+    #[arg(long, global = true, value_name = "MASTER")]
+    sentinel: Option<String>,
+
+    /// Trust the CA certificate(s) in this PEM file for rediss:// servers
+    /// (instead of the web PKI roots).
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// Present this client certificate (PEM) to rediss:// servers that
+    /// require one; needs --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 
     /// The key prefix the applications use.
     #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
@@ -125,6 +149,8 @@ enum Command {
 struct Failure {
     code: u8,
     message: String,
+    /// The server was refused for a `maxmemory-policy` that can evict keys.
+    evicting: bool,
 }
 
 impl Failure {
@@ -132,19 +158,24 @@ impl Failure {
         Failure {
             code: USAGE,
             message: message.into(),
+            evicting: false,
         }
     }
 }
 
 impl From<LockError> for Failure {
     fn from(error: LockError) -> Failure {
+        let message = error.to_string();
+        // The refusal names the policy (SPEC 13), whatever its variant.
+        let evicting = error.is_misconfigured() && message.contains("maxmemory-policy");
         let code = match error {
-            LockError::InvalidArgument { .. } => USAGE,
+            LockError::InvalidArgument { .. } if !evicting => USAGE,
             _ => CONNECTION,
         };
         Failure {
             code,
-            message: error.to_string(),
+            message: for_operators(&message),
+            evicting,
         }
     }
 }
@@ -152,7 +183,15 @@ impl From<LockError> for Failure {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // Help and version exit 0, usage errors 2.
+        // A usage error may quote a misplaced URL: never its password.
+        Err(error) if error.use_stderr() => {
+            let args: Vec<String> = std::env::args_os()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect();
+            eprint!("{}", without_secrets(&error.to_string(), &args));
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(USAGE));
+        }
+        // Help and version exit 0.
         Err(error) => error.exit(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -181,7 +220,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             "release takes the lock away from its holder: add --force to confirm that this is meant",
         ));
     }
-    let client = connect(&cli.global).await?;
+    let client = connect(&cli.global, &cli.command).await?;
     let json = cli.global.json;
     match cli.command {
         Command::List { pattern } => list(&client, &pattern, json).await,
@@ -195,28 +234,103 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-async fn connect(global: &Global) -> Result<LockClient, Failure> {
-    let builder = LockClient::builder()
+/// Connect as `global` says. A server whose `maxmemory-policy` can evict
+/// keys, which applications refuse, is used anyway with a warning: an
+/// operator must be able to see (and release) the locks there.
+async fn connect(global: &Global, command: &Command) -> Result<LockClient, Failure> {
+    match connect_with(global, false).await {
+        Err(Failure {
+            evicting: true,
+            message,
+            ..
+        }) => {
+            let doing = match command {
+                Command::Release { .. } => "releasing",
+                _ => "reading the locks",
+            };
+            eprintln!(
+                "leasehold: warning: {message}\nleasehold: {doing} anyway (an evicted lock key lets a second holder in)"
+            );
+            connect_with(global, true).await
+        }
+        other => other,
+    }
+}
+
+async fn connect_with(global: &Global, allow_eviction: bool) -> Result<LockClient, Failure> {
+    let mut builder = LockClient::builder()
         .prefix(global.prefix.clone())
         .name(format!("leasehold-cli:{}", std::process::id()))
         .connect_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5));
+        .response_timeout(Duration::from_secs(5))
+        .allow_eviction(allow_eviction);
+    if let Some(path) = &global.tls_ca {
+        builder = builder.tls_ca(read_pem("--tls-ca", path)?);
+    }
+    if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
+        builder =
+            builder.tls_client_cert(read_pem("--tls-cert", cert)?, read_pem("--tls-key", key)?);
+    }
     let urls = &global.url;
     let client = if global.cluster {
         builder.connect_cluster(urls).await?
     } else if global.redlock {
         builder.connect_redlock(urls).await?
+    } else if let Some(master) = &global.sentinel {
+        builder.connect_sentinel(master, urls).await?
     } else {
         match urls.as_slice() {
             [url] => builder.connect(url).await?,
             _ => {
                 return Err(Failure::usage(
-                    "several URLs need --cluster (seed nodes) or --redlock (masters)",
+                    "several URLs need --cluster (seed nodes), --redlock (masters) or --sentinel (sentinels)",
                 ));
             }
         }
     };
     Ok(client)
+}
+
+/// `text` with every command-line argument (or `--option=value` value) that
+/// may hold a password masked: anything with an `@` keeps only what follows
+/// its last `@`, anything naming a password is hidden whole.
+fn without_secrets(text: &str, args: &[String]) -> String {
+    let mut values: Vec<&str> = args
+        .iter()
+        .flat_map(|arg| [Some(arg.as_str()), arg.split_once('=').map(|(_, v)| v)])
+        .flatten()
+        .filter(|value| !value.is_empty())
+        .collect();
+    // Longest first, so that a value is masked before a part of it.
+    values.sort_by_key(|value| std::cmp::Reverse(value.len()));
+    let mut text = text.to_owned();
+    for value in values {
+        let masked = if value.to_ascii_lowercase().contains("pass") {
+            "***".to_owned()
+        } else if let Some(at) = value.rfind('@') {
+            format!("***{}", &value[at..])
+        } else {
+            continue;
+        };
+        text = text.replace(value, &masked);
+    }
+    text
+}
+
+/// The library's advice names its builder methods; an operator sets the
+/// command's options instead.
+fn for_operators(message: &str) -> String {
+    message
+        .replace("LockClientBuilder::tls_ca", "--tls-ca")
+        .replace(
+            "LockClientBuilder::tls_client_cert",
+            "--tls-cert and --tls-key",
+        )
+}
+
+/// The contents of a PEM file given as `option`.
+fn read_pem(option: &str, path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::usage(format!("{option} {}: {e}", path.display())))
 }
 
 async fn list(client: &LockClient, pattern: &str, json: bool) -> Result<u8, Failure> {
@@ -386,6 +500,24 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_mask_passwords() {
+        let args: Vec<String> = [
+            "leasehold",
+            "show",
+            "k",
+            "redis://u:pw@h:1",
+            "--url=unix:///s?pass=x",
+        ]
+        .map(String::from)
+        .to_vec();
+        let text = "unexpected 'redis://u:pw@h:1' and 'unix:///s?pass=x' for k";
+        assert_eq!(
+            without_secrets(text, &args),
+            "unexpected '***@h:1' and '***' for k"
+        );
     }
 
     #[test]

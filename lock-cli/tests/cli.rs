@@ -4,13 +4,16 @@
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
+#[path = "../../tests/support/tls.rs"]
+mod tls_support;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use leasehold::{LockClient, LockGuard};
 use serde_json::Value;
-use support::{RedisCluster, RedisServer, free_port};
+use support::{MASTER_NAME, RedisCluster, RedisServer, SentinelSet, free_port};
+use tls_support::{Ca, PASSWORD, TlsSentinel, TlsServer, pem_dir, write};
 
 /// Run the binary with `args` (no `REDIS_URL` from the environment, stdin
 /// not a terminal).
@@ -345,6 +348,51 @@ fn connection_failure_exits_3_without_the_password() {
     assert!(!stderr(&out).contains("s3cret-pw"));
 }
 
+/// A URL without a valid `scheme://` is refused with a usage error that
+/// does not repeat its password, given by `--url` or `REDIS_URL`.
+#[test]
+fn malformed_urls_exit_2_without_the_password() {
+    let port = free_port();
+    for url in [
+        format!("default:s3cret-pw@127.0.0.1:{port}"),
+        format!("redis:/:s3cret-pw@127.0.0.1:{port}"),
+        format!("redis:s3cret-pw@127.0.0.1:{port}"),
+        format!(":s3cret-pw@127.0.0.1:{port}"),
+    ] {
+        for out in [
+            leasehold(&["--url", &url, "list"]),
+            leasehold(&["--redlock", "--url", &url, "list"]),
+            leasehold(&["--cluster", "--url", &url, "list"]),
+            leasehold_with_env(&["show", "k"], Some(&url)),
+        ] {
+            assert_eq!(code(&out), 2, "{url}: {}", stderr(&out));
+            let all = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(!all.contains("s3cret-pw"), "{all}");
+            assert!(all.contains("not a Redis URL"), "{all}");
+        }
+    }
+}
+
+/// A URL in the wrong place is quoted by the usage error: masked.
+#[test]
+fn usage_errors_do_not_quote_a_password() {
+    for args in [
+        vec!["show", "k", "redis://:s3cret-pw@127.0.0.1:1"],
+        vec!["--json=redis://:s3cret-pw@127.0.0.1:1", "list"],
+        vec!["watch", "k", "--interval", "redis://u:s3cret-pw@h:1"],
+        vec!["list", "a", "unix:///tmp/r.sock?pass=s3cret-pw"],
+    ] {
+        let out = leasehold(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("error"), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("s3cret-pw"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [
@@ -459,4 +507,210 @@ async fn on_a_terminal_release_asks_and_watch_redraws_in_place() {
         on_terminal(&["--url", &url, "release", "order:42", "--force"], "y\n").expect("script");
     assert_eq!(accepted, 0, "{screen}");
     assert!(client.inspect("order:42").await.expect("inspect").is_none());
+}
+
+/// A TLS server whose certificate a private CA signed, which also wants a
+/// client certificate: reached with --tls-ca, --tls-cert and --tls-key.
+/// Without them: exit 3 saying which option is missing; with a plain
+/// redis:// URL: exit 2 (it would not be encrypted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_and_a_client_certificate() {
+    let ca = Ca::new("leasehold CLI CA");
+    let tls = tokio::task::block_in_place(|| TlsServer::start(&ca, true));
+    let dir = pem_dir();
+    let ca_file = write(&dir, "ca.crt", &ca.pem());
+    let (cert, key) = ca.leaf(&["leasehold-cli"]);
+    let cert_file = write(&dir, "client.crt", &cert);
+    let key_file = write(&dir, "client.key", &key);
+    let holder = LockClient::builder()
+        .name("tls-worker-1")
+        .tls_ca(ca.pem())
+        .tls_client_cert(cert, key)
+        .connect(&tls.url())
+        .await
+        .expect("the library connects over TLS");
+    let _held = hold(&holder, "order:tls").await;
+
+    let url = tls.url();
+    let with_all = [
+        "--url",
+        url.as_str(),
+        "--tls-ca",
+        ca_file.as_str(),
+        "--tls-cert",
+        cert_file.as_str(),
+        "--tls-key",
+        key_file.as_str(),
+    ];
+    let out = leasehold(&[&with_all[..], &["list"]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("order:tls"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("tls-worker-1"), "{}", stdout(&out));
+    let out = leasehold(&[&with_all[..], &["show", "order:tls", "--json"]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["holder"], "tls-worker-1");
+
+    // Without the CA: the server's certificate is refused, the error says
+    // which option trusts it.
+    let out = leasehold(&["--url", &url, "list"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--tls-ca"), "{}", stderr(&out));
+    // Without the client certificate.
+    let out = leasehold(&["--url", &url, "--tls-ca", &ca_file, "list"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--tls-cert"), "{}", stderr(&out));
+    // A key without its certificate is a usage error.
+    let out = leasehold(&["--url", &url, "--tls-key", &key_file, "list"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    // A CA with a plain URL would connect unencrypted: refused.
+    let plain = format!("redis://:{PASSWORD}@127.0.0.1:{}", tls.server.port());
+    let out = leasehold(&["--url", &plain, "--tls-ca", &ca_file, "list"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("rediss://"), "{}", stderr(&out));
+    for out in [
+        leasehold(&["--url", &url, "list"]),
+        leasehold(&["--url", &plain, "--tls-ca", &ca_file, "list"]),
+    ] {
+        assert!(!stderr(&out).contains(PASSWORD), "{}", stderr(&out));
+    }
+}
+
+/// `--sentinel MASTER`: the URLs are sentinels, and the locks are read on
+/// the primary they name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_finds_the_primary() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .expect("start the sentinel set");
+    let urls = set.sentinel_urls();
+    let holder = LockClient::builder()
+        .name("sentinel-worker-1")
+        .connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .expect("the library connects through the sentinels");
+    let _held = hold(&holder, "order:sentinel").await;
+
+    let joined = urls.join(",");
+    let out = leasehold(&["--sentinel", MASTER_NAME, "--url", &joined, "list"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("order:sentinel"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("sentinel-worker-1"),
+        "{}",
+        stdout(&out)
+    );
+    // From REDIS_URL, options after the subcommand.
+    let out = leasehold_with_env(
+        &["show", "order:sentinel", "--sentinel", MASTER_NAME],
+        Some(&joined),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("sentinel-worker-1"),
+        "{}",
+        stdout(&out)
+    );
+    // An unknown set: a connection error naming it.
+    let out = leasehold(&["--sentinel", "no-such-set", "--url", &joined, "list"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("no-such-set"), "{}", stderr(&out));
+    // Not with --cluster or --redlock.
+    for other in ["--cluster", "--redlock"] {
+        let out = leasehold(&["--sentinel", MASTER_NAME, other, "--url", &joined, "list"]);
+        assert_eq!(code(&out), 2, "{other}: {}", stderr(&out));
+    }
+}
+
+/// A server whose `maxmemory-policy` can evict keys (which applications
+/// refuse unless they allow it): the operator still sees and releases the
+/// locks there, warned about the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_server_is_read_with_a_warning() {
+    let server = tokio::task::spawn_blocking(|| {
+        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"])
+    })
+    .await
+    .expect("start redis-server");
+    let url = server.url();
+    let holder = LockClient::builder()
+        .name("evicting-worker-1")
+        .allow_eviction(true)
+        .connect(&url)
+        .await
+        .expect("connect with allow_eviction");
+    let _held = hold(&holder, "order:evict").await;
+
+    for args in [
+        vec!["--url", url.as_str(), "list"],
+        vec!["--url", url.as_str(), "show", "order:evict"],
+        vec!["--url", url.as_str(), "--json", "list"],
+    ] {
+        let out = leasehold(&args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains("evicting-worker-1"),
+            "{args:?}: {}",
+            stdout(&out)
+        );
+        assert!(
+            stderr(&out).contains("warning"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("volatile-lru"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = leasehold(&["--url", &url, "--json", "list"]);
+    assert_eq!(json(&out)[0]["key"], "order:evict");
+    let out = leasehold(&["--url", &url, "release", "order:evict", "--force", "--yes"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("volatile-lru"), "{}", stderr(&out));
+    assert!(
+        holder
+            .inspect("order:evict")
+            .await
+            .expect("inspect")
+            .is_none()
+    );
+}
+
+/// `--sentinel` with `--tls-ca`: a Sentinel deployment over TLS whose
+/// certificates a private CA signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls() {
+    let ca = Ca::new("leasehold CLI sentinel CA");
+    let primary = tokio::task::block_in_place(|| TlsServer::start(&ca, false));
+    let sentinel = tokio::task::block_in_place(|| TlsSentinel::start(&ca, &primary));
+    let ca_file = write(&pem_dir(), "ca.crt", &ca.pem());
+    let holder = LockClient::builder()
+        .name("tls-sentinel-worker")
+        .tls_ca(ca.pem())
+        .connect_sentinel(MASTER_NAME, [sentinel.url()])
+        .await
+        .expect("the library connects through the TLS sentinel");
+    let _held = hold(&holder, "order:tls-sentinel").await;
+
+    let url = sentinel.url();
+    let out = leasehold(&[
+        "--sentinel",
+        MASTER_NAME,
+        "--url",
+        &url,
+        "--tls-ca",
+        &ca_file,
+        "list",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("tls-sentinel-worker"),
+        "{}",
+        stdout(&out)
+    );
+    let out = leasehold(&["--sentinel", MASTER_NAME, "--url", &url, "list"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--tls-ca"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(PASSWORD), "{}", stderr(&out));
 }

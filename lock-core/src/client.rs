@@ -22,6 +22,14 @@ use crate::watchdog::Watchdog;
 /// Cheap to clone (an `Arc`): clones share connections, the watchdog, and
 /// reentrancy (a task re-entering a lock through a clone re-enters).
 ///
+/// **leasehold needs a [tokio](https://docs.rs/tokio) runtime** with time
+/// and I/O enabled (`#[tokio::main]`, or `Builder::enable_all()`): connect
+/// and use a client from within one. Outside any tokio runtime (a plain
+/// thread, `futures::executor::block_on`, another async runtime), the
+/// connect methods, [`LockRequest::acquire`] and the operator calls return
+/// [`LockError::InvalidArgument`] named `runtime` instead of letting the
+/// Redis client panic. A client is tied to the runtime it connected in.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), leasehold_core::LockError> {
 /// use leasehold_core::LockClient;
@@ -210,6 +218,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        require_runtime("inspect")?;
         let keys = self.operator_keys(key)?;
         let found = self
             .shared
@@ -246,6 +255,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        require_runtime("list")?;
         if pattern.contains('}') {
             return Err(LockError::invalid(
                 "pattern",
@@ -286,6 +296,7 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, key: &str) -> Result<bool, LockError> {
+        require_runtime("force_release")?;
         let keys = self.operator_keys(key)?;
         let held = self
             .shared
@@ -314,6 +325,21 @@ impl LockClient {
                 backend,
             }),
         }
+    }
+}
+
+/// Refuse to go on outside a tokio runtime, where the Redis client (and
+/// leasehold's own timers and background tasks) would panic.
+pub(crate) fn require_runtime(operation: &str) -> Result<(), LockError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(LockError::invalid(
+            "runtime",
+            format!(
+                "{operation} ran outside a tokio runtime; leasehold needs one, with time and I/O \
+                 enabled (#[tokio::main], or tokio::runtime::Builder::enable_all)"
+            ),
+        )),
     }
 }
 
@@ -450,7 +476,8 @@ impl LockClientBuilder {
     /// instead of the bundled web PKI roots: for a server whose certificate
     /// a private CA signed. Certificates are always verified, host name
     /// included. A `pem` with no certificate makes `connect` fail with
-    /// [`LockError::InvalidArgument`].
+    /// [`LockError::InvalidArgument`], and so does a URL that is not
+    /// `rediss://` (it would connect unencrypted).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), leasehold_core::LockError> {
@@ -478,6 +505,8 @@ impl LockClientBuilder {
 
     /// Present this client certificate (PEM chain) and private key (PEM)
     /// to `rediss://` servers that require one (`tls-auth-clients yes`).
+    /// With a URL that is not `rediss://`, `connect` fails with
+    /// [`LockError::InvalidArgument`] (it would connect unencrypted).
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_cert(
@@ -553,9 +582,11 @@ impl LockClientBuilder {
     }
 
     /// Connect to `target` (or, lazily, start connecting) and make the client.
-    async fn open(self, target: Target) -> Result<LockClient, LockError> {
+    async fn open(self, target: Target, operation: &'static str) -> Result<LockClient, LockError> {
         self.check()?;
         target.check()?;
+        self.check_tls_urls(target.urls())?;
+        require_runtime(operation)?;
         let backend: Arc<dyn Backend> = if self.lazy {
             LazyBackend::start(target, self.options.clone(), self.policy)?
         } else {
@@ -564,9 +595,39 @@ impl LockClientBuilder {
         Ok(LockClient::from_backend(backend, &self))
     }
 
+    /// TLS certificates (`tls_ca`, `tls_client_cert`) with a URL that does
+    /// not ask for TLS would go unused, and the connection would run
+    /// unencrypted without a word: refused.
+    fn check_tls_urls<S: AsRef<str>>(&self, urls: &[S]) -> Result<(), LockError> {
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.options.tls {
+            let name = if certs.root_cert.is_some() {
+                "tls_ca"
+            } else {
+                "tls_client_cert"
+            };
+            for url in urls.iter().map(AsRef::as_ref) {
+                let scheme = url.trim_start().to_ascii_lowercase();
+                if !(scheme.starts_with("rediss://") || scheme.starts_with("valkeys://")) {
+                    return Err(LockError::invalid(
+                        name,
+                        format!(
+                            "`{}` is not a rediss:// URL: the connection would not be encrypted \
+                             and the certificates given with {name} would go unused; use rediss://",
+                            crate::error::redact_url(url)
+                        ),
+                    ));
+                }
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = urls;
+        Ok(())
+    }
+
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
-        self.open(Target::Server(url.to_owned())).await
+        self.open(Target::Server(url.to_owned()), "connect").await
     }
 
     /// Connect to independent masters (see [`LockClient::connect_redlock`]).
@@ -575,7 +636,8 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.open(Target::Redlock(owned(urls))).await
+        self.open(Target::Redlock(owned(urls)), "connect_redlock")
+            .await
     }
 
     /// Connect to a Redis Cluster (see [`LockClient::connect_cluster`]).
@@ -585,7 +647,8 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.open(Target::Cluster(owned(urls))).await
+        self.open(Target::Cluster(owned(urls)), "connect_cluster")
+            .await
     }
 
     /// Connect through Redis Sentinel (see [`LockClient::connect_sentinel`]).
@@ -600,10 +663,13 @@ impl LockClientBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.open(Target::Sentinel {
-            master_name: master_name.to_owned(),
-            sentinels: owned(sentinels),
-        })
+        self.open(
+            Target::Sentinel {
+                master_name: master_name.to_owned(),
+                sentinels: owned(sentinels),
+            },
+            "connect_sentinel",
+        )
         .await
     }
 

@@ -83,6 +83,23 @@ pub enum LockError {
         message: String,
     },
 
+    /// The server refused this client's setup, and no retry will fix it: a
+    /// wrong password or user name (`WRONGPASS`), no password for a server
+    /// that requires one (`NOAUTH`), a database the server does not have
+    /// (`/99`), a user the ACL does not allow a command leasehold needs
+    /// (`NOPERM`), a TLS certificate not trusted, or a client certificate
+    /// missing. `server` names the server without any password, and
+    /// `message` says what to change.
+    #[error("redis setup error on {server}{}: {message}", key_suffix(.key))]
+    Misconfigured {
+        /// The server, as `redis://user:***@host:port/db` (credentials redacted).
+        server: String,
+        /// The lock's key, when the failure concerned one lock.
+        key: Option<String>,
+        /// What is wrong, and how to fix it.
+        message: String,
+    },
+
     /// The lock was acquired, but fewer replicas than required acknowledged
     /// it in time; it was released again (fail closed).
     #[error(
@@ -211,7 +228,8 @@ impl LockError {
     /// not replicate in time, or grants nothing for now after a restart
     /// ([`LockError::Backend`], [`LockError::Unavailable`],
     /// [`LockError::Quorum`], [`LockError::ReplicaSync`]): retrying later
-    /// may help.
+    /// may help. Never true for a setup mistake (see
+    /// [`is_misconfigured`](Self::is_misconfigured)).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -249,6 +267,31 @@ impl LockError {
         }
     }
 
+    /// `true` when the setup is wrong and retrying cannot help: a wrong
+    /// password or user, `NOAUTH`, an unknown database, a missing ACL
+    /// permission, an untrusted server certificate or a missing client
+    /// certificate ([`LockError::Misconfigured`]), and a server refused for
+    /// its `maxmemory-policy` (an [`LockError::InvalidArgument`] named
+    /// `server`). An HTTP service answers 500 and someone fixes the setup.
+    ///
+    /// ```
+    /// use leasehold_core::LockError;
+    ///
+    /// let err = LockError::Misconfigured {
+    ///     server: "redis://:***@10.0.0.5:6379".into(),
+    ///     key: None,
+    ///     message: "WRONGPASS: the server refused the password in the URL".into(),
+    /// };
+    /// assert!(err.is_misconfigured());
+    /// assert!(!err.is_unavailable());
+    /// ```
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(
+            self,
+            LockError::Misconfigured { .. } | LockError::InvalidArgument { name: "server", .. }
+        )
+    }
+
     /// The lock's key, when the error concerns one lock.
     pub fn key(&self) -> Option<&str> {
         match self {
@@ -259,6 +302,7 @@ impl LockError {
             | LockError::ReplicaSync { key, .. } => Some(key),
             LockError::Backend { key, .. }
             | LockError::Unavailable { key, .. }
+            | LockError::Misconfigured { key, .. }
             | LockError::Quorum { key, .. } => key.as_deref(),
             LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
         }
@@ -267,6 +311,15 @@ impl LockError {
     /// A backend failure on `server` (already redacted), not yet tied to a lock.
     pub(crate) fn backend(server: &str, message: impl Into<String>) -> Self {
         LockError::Backend {
+            server: server.to_owned(),
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// A setup mistake on `server` (already redacted), not yet tied to a lock.
+    pub(crate) fn misconfigured(server: &str, message: impl Into<String>) -> Self {
+        LockError::Misconfigured {
             server: server.to_owned(),
             key: None,
             message: message.into(),
@@ -284,6 +337,7 @@ impl LockError {
     pub(crate) fn with_key(mut self, lock_key: &str) -> Self {
         if let LockError::Backend { key, .. }
         | LockError::Unavailable { key, .. }
+        | LockError::Misconfigured { key, .. }
         | LockError::Quorum { key, .. } = &mut self
             && key.is_none()
         {
@@ -299,15 +353,19 @@ impl LockError {
 /// becomes `***`. Passwords may contain unescaped `#`, `/`, `?` or `@`: the
 /// credentials are everything up to the *last* `@`, since a host cannot
 /// contain one.
+///
+/// Text that is not a URL at all is redacted the same way: without a
+/// well-formed `scheme://` (`default:secret@h:1`, `redis:/:secret@h`,
+/// `redis:secret@h`, a leading space...), everything before the last `@`
+/// counts as credentials, and only what precedes its first `:` (a user
+/// name, or the misspelt scheme) stays.
 pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(end) => url.split_at(end + 3),
-        None => ("", url),
-    };
+    let scheme_len = scheme_length(url);
+    let (scheme, rest) = url.split_at(scheme_len);
     let mut out = String::with_capacity(url.len());
     out.push_str(scheme);
     let after_credentials = match rest.rfind('@') {
-        Some(at) if !scheme.is_empty() => {
+        Some(at) => {
             let userinfo = &rest[..at];
             match userinfo.find(':') {
                 Some(colon) => {
@@ -319,10 +377,24 @@ pub(crate) fn redact_url(url: &str) -> String {
             }
             &rest[at + 1..]
         }
-        _ => rest,
+        None => rest,
     };
     out.push_str(&redact_query(after_credentials));
     out
+}
+
+/// The length of a well-formed `scheme://` at the start of `url` (RFC 3986:
+/// a letter, then letters, digits, `+`, `-` or `.`), or 0 when there is none.
+fn scheme_length(url: &str) -> usize {
+    let Some(colon) = url.find("://") else {
+        return 0;
+    };
+    let name = &url[..colon];
+    let well_formed = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if well_formed { colon + 3 } else { 0 }
 }
 
 /// `pass=` and `password=` query parameters, redacted.
@@ -343,7 +415,7 @@ fn redact_query(text: &str) -> String {
 
 fn is_secret_param(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    name == "pass" || name == "password" || name.ends_with("password") || name.ends_with("pass")
+    name.ends_with("password") || name.ends_with("pass") || name == "pw" || name == "pwd"
 }
 
 #[cfg(test)]
@@ -373,6 +445,28 @@ mod tests {
             redact_url("redis://u:a/b?c@d@h:1/0?password=x"),
             "redis://u:***@h:1/0?password=***"
         );
+    }
+
+    #[test]
+    fn redacts_passwords_of_urls_without_a_valid_scheme() {
+        for (url, shown) in [
+            ("default:pw@host:6379", "default:***@host:6379"),
+            (":pw@host", ":***@host"),
+            ("pw@host", "***@host"),
+            ("redis:/:pw@host", "redis:***@host"),
+            ("redis:pw@host:1/0", "redis:***@host:1/0"),
+            ("redis:/u:pw@host", "redis:***@host"),
+            ("u:a:pw@host", "u:***@host"),
+            ("u:x://pw@host", "u:***@host"),
+            (" redis://:pw@host", " redis:***@host"),
+            ("redis ://:pw@host", "redis :***@host"),
+            ("redis\\\\:pw@host", "redis\\\\:***@host"),
+            ("host:1?password=pw", "host:1?password=***"),
+            ("redsi://u:pw@host", "redsi://u:***@host"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("pw@"), "{url}");
+        }
     }
 
     #[test]

@@ -85,6 +85,7 @@ fn log_failure(err: &LockError, outcome: &str) {
         }
         LockError::NoGlobalClient
         | LockError::InvalidArgument { .. }
+        | LockError::Misconfigured { .. }
         | LockError::WrongType { .. } => {
             tracing::error!(
                 key = err.key().unwrap_or_default(),
@@ -249,6 +250,19 @@ mod tests {
             "{events:?}"
         );
         assert!(events[0].1.contains("unavailable=true"), "{events:?}");
+    }
+
+    /// A wrong password is no outage to wait out: an error, every time.
+    #[test]
+    fn a_misconfiguration_is_an_error() {
+        let events = unit(LockError::Misconfigured {
+            server: "redis://:***@h:1".into(),
+            key: Some("job".into()),
+            message: "WRONGPASS: the server refused the user name or password".into(),
+        });
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].0, Level::ERROR, "{events:?}");
+        assert!(events[0].1.contains("WRONGPASS"), "{events:?}");
     }
 
     #[test]

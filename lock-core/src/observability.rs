@@ -49,7 +49,7 @@
 //! `expired`, `unreachable`, `restarted`, `failed_over`, `force_released`,
 //! `max_hold` ([`LostCause`](crate::LostCause)); error kinds are `lost`,
 //! `not_held`, `invalid_argument`, `no_global_client`, `wrong_type`,
-//! `backend`, `unavailable`, `replica_sync`, `quorum`
+//! `backend`, `unavailable`, `misconfigured`, `replica_sync`, `quorum`
 //! ([`LockError`](crate::LockError)).
 //!
 //! # Metrics (feature `metrics`)

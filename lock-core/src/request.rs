@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientConfig;
 use crate::error::LockError;
@@ -194,6 +193,7 @@ impl LockRequest {
         if let Some(max) = self.max_hold {
             validate_span("max_hold", max)?;
         }
+        crate::client::require_runtime("acquire")?;
 
         // Re-entry: an enclosing `run` body of this task holds it.
         if let Some(lease) = reentrancy::find(self.client.config.id, &self.key) {
@@ -351,8 +351,8 @@ impl LockRequest {
                     reopens.saturating_duration_since(Instant::now())
                 }
                 Err(error) => {
-                    // An ACL refusal is a setup mistake: retrying cannot help.
-                    if Instant::now() + retry_delay >= deadline || is_acl_refusal(&error) {
+                    // A setup mistake (an ACL refusal, a refused password): retrying cannot help.
+                    if Instant::now() + retry_delay >= deadline || error.is_misconfigured() {
                         return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;

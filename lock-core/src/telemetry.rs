@@ -44,6 +44,7 @@ pub(crate) fn error_kind(error: &LockError) -> &'static str {
         LockError::WrongType { .. } => "wrong_type",
         LockError::Backend { .. } => "backend",
         LockError::Unavailable { .. } => "unavailable",
+        LockError::Misconfigured { .. } => "misconfigured",
         LockError::ReplicaSync { .. } => "replica_sync",
         LockError::Quorum { .. } => "quorum",
     }

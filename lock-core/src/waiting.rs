@@ -42,7 +42,6 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
-use crate::backend::connect::is_acl_refusal;
 use crate::backend::{Acquired, Attempt, Backend, LockKeys, abandon_in_background};
 use crate::error::LockError;
 
@@ -113,8 +112,8 @@ impl<'a> Waiter<'a> {
     /// a subscription the waiter still wakes when the holder's lease runs
     /// out, and on releases made through this client.
     ///
-    /// An ACL refusal (the user may not subscribe to the lock's channel) is
-    /// returned instead: a setup mistake that no retry fixes, and that would
+    /// A setup mistake (an ACL refusal: the user may not subscribe to the
+    /// lock's channel) is returned instead: no retry fixes it, and it would
     /// otherwise go unseen while every wait lasts until the lease runs out.
     pub(crate) async fn listen(&mut self) -> Result<(), LockError> {
         self.wakeup = Some(self.backend.wakeups().join(&self.keys.channel, self.token));
@@ -122,7 +121,7 @@ impl<'a> Waiter<'a> {
         // (if it happens) is undone by `drop`.
         self.listening = true;
         if let Err(error) = self.backend.listen(self.keys).await {
-            if is_acl_refusal(&error) {
+            if error.is_misconfigured() {
                 return Err(error);
             }
             tracing::debug!(%error, key = %self.keys.key, "leasehold: no release announcements, waking at expiry");

@@ -194,8 +194,12 @@ fn assert_names(err: &LockError, needle: &str) {
     let text = err.to_string();
     eprintln!("without {needle}: {text}");
     assert!(
-        matches!(err, LockError::Backend { .. }),
-        "expected LockError::Backend, got {err:?}"
+        matches!(err, LockError::Misconfigured { .. }) && err.is_misconfigured(),
+        "expected LockError::Misconfigured, got {err:?}"
+    );
+    assert!(
+        !err.is_unavailable(),
+        "a missing permission is no outage: {err:?}"
     );
     assert!(
         text.to_lowercase().contains(&needle.to_lowercase()),

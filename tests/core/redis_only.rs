@@ -565,12 +565,13 @@ async fn connect_fails_with_the_servers_own_words() {
     let err = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
-    assert!(err.is_unavailable(), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("NOAUTH"), "{err}");
     let err = LockClient::connect(&format!("redis://:wrong-pw@127.0.0.1:{port}"))
         .await
         .unwrap_err();
     let text = err.to_string();
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(
         text.contains("WRONGPASS") || text.contains("invalid password"),
         "{text}"
@@ -647,4 +648,83 @@ async fn a_release_announces_only_when_someone_waits_in_line() {
     let waited = waiter.await.unwrap();
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     assert_eq!(calls(&server, "publish"), 1);
+}
+
+/// Poll `future` once, outside any runtime, with a waker that does nothing.
+fn poll_once<F: std::future::Future>(future: F) -> std::task::Poll<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    future.as_mut().poll(&mut cx)
+}
+
+/// Refused at once, as `InvalidArgument` named `runtime` saying tokio is
+/// needed (not a panic inside the Redis client, not a future that never
+/// finishes).
+fn assert_needs_tokio<T: std::fmt::Debug>(
+    what: &str,
+    outcome: std::task::Poll<Result<T, LockError>>,
+) {
+    match outcome {
+        std::task::Poll::Ready(Err(
+            err @ LockError::InvalidArgument {
+                name: "runtime", ..
+            },
+        )) => {
+            assert!(err.to_string().contains("tokio"), "{what}: {err}");
+        }
+        other => panic!("{what}: expected InvalidArgument `runtime`, got {other:?}"),
+    }
+}
+
+/// leasehold needs a tokio runtime: used outside one (a plain thread, another
+/// executor), every entry point says so instead of panicking in redis-rs.
+#[test]
+fn outside_a_tokio_runtime_is_an_error_not_a_panic() {
+    let server = RedisServer::start();
+    let url = server.url();
+    assert_needs_tokio("connect", poll_once(LockClient::connect(&url)));
+    assert_needs_tokio(
+        "builder connect",
+        poll_once(LockClient::builder().connect(&url)),
+    );
+    assert_needs_tokio(
+        "connect_redlock",
+        poll_once(LockClient::connect_redlock([&url])),
+    );
+    assert_needs_tokio(
+        "connect_cluster",
+        poll_once(LockClient::connect_cluster([&url])),
+    );
+    assert_needs_tokio(
+        "connect_sentinel",
+        poll_once(LockClient::connect_sentinel("mymaster", [&url])),
+    );
+
+    // A client made inside a runtime, used outside it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = runtime
+        .block_on(LockClient::connect(&url))
+        .expect("connects inside the runtime");
+    assert_needs_tokio("acquire", poll_once(client.lock("outside").acquire()));
+    assert_needs_tokio(
+        "try_acquire",
+        poll_once(client.lock("outside").try_acquire()),
+    );
+    assert_needs_tokio("run", poll_once(client.lock("outside").run(async {})));
+    assert_needs_tokio("inspect", poll_once(client.inspect("outside")));
+    assert_needs_tokio("list", poll_once(client.list("*")));
+    assert_needs_tokio("force_release", poll_once(client.force_release("outside")));
+    assert_needs_tokio(
+        "in-memory acquire",
+        poll_once(LockClient::in_memory().lock("outside").acquire()),
+    );
+    // Still fine inside the runtime.
+    runtime.block_on(async {
+        let guard = client.lock("outside").acquire().await.expect("acquire");
+        guard.release().await.expect("release");
+    });
+    drop(client);
 }

@@ -251,6 +251,31 @@ async fn redis_outage_answers_503() {
     assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()));
 }
 
+/// A setup mistake is no outage: once the service's Redis user loses its
+/// permissions, payments answer 500 (fix the setup), not 503 (retry later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misconfiguration_answers_500_not_503() {
+    let server = RedisServer::start();
+    server.cmd(&[
+        "ACL", "SETUSER", "shop", "on", ">shop-pw", "~*", "&*", "+@all",
+    ]);
+    let url = format!("redis://shop:shop-pw@127.0.0.1:{}", server.port());
+    let service = Service::start(&url, 10).await;
+    assert_eq!(service.pay("10").await.0, 200);
+    server.cmd(&["ACL", "SETUSER", "shop", "-@all"]);
+    let (status, body) = service.pay("11").await;
+    assert_eq!(
+        status,
+        500,
+        "{body}\n--- service output ---\n{}",
+        service.output()
+    );
+    assert_eq!(key_of(&body), "order:11");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("misconfigured"), "{body}");
+    assert!(!error.contains("shop-pw"), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_it_runs_in_memory() {
     // Port 1: nothing listens there.

@@ -18,6 +18,7 @@ mod fencing;
 mod lazy;
 mod limits;
 mod lost_reply;
+mod misconfigured;
 mod redlock_budget;
 mod reentry;
 mod restart;

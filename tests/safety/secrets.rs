@@ -258,3 +258,47 @@ async fn log_lines_never_show_passwords() {
         leaking.join("\n")
     );
 }
+
+/// URLs without a valid `scheme://` (a forgotten scheme, one slash, no
+/// slash, a typo): they are not Redis URLs, and the error saying so must
+/// not repeat the password, on any kind of client and through the builder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_in_urls_without_a_valid_scheme_never_show() {
+    let secret = "Sch3melessPw";
+    let port = free_port();
+    let forms = [
+        format!("default:{secret}@127.0.0.1:{port}"),
+        format!(":{secret}@127.0.0.1:{port}"),
+        format!("{secret}@127.0.0.1:{port}"),
+        format!("redis:/:{secret}@127.0.0.1:{port}"),
+        format!("redis:{secret}@127.0.0.1:{port}"),
+        format!("redis:default:{secret}@127.0.0.1:{port}"),
+        format!("redis:/default:{secret}@127.0.0.1:{port}/0"),
+        format!("redis//:{secret}@127.0.0.1:{port}"),
+        format!("redis:\\\\:{secret}@127.0.0.1:{port}"),
+        format!("//:{secret}@127.0.0.1:{port}"),
+        format!(" redis://:{secret}@127.0.0.1:{port}"),
+        format!("redis ://:{secret}@127.0.0.1:{port}"),
+        format!("redsi://:{secret}@127.0.0.1:{port}"),
+        format!("http://u:{secret}@127.0.0.1:{port}"),
+        format!("u:a:{secret}@127.0.0.1:{port}"),
+        format!("u:x://{secret}@127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}?password={secret}"),
+        format!("default:{secret}?x@127.0.0.1:{port}"),
+    ];
+    let mut leaks = Leaks::default();
+    for url in &forms {
+        let outcome = LockClient::connect(url).await;
+        assert!(outcome.is_err(), "`{url}` connected");
+        leaks.check(&format!("connect `{url}`"), &renderings(&outcome), secret);
+        let outcome = LockClient::builder().connect(url).await;
+        leaks.check(&format!("builder `{url}`"), &renderings(&outcome), secret);
+        let outcome = LockClient::connect_redlock([url.as_str()]).await;
+        leaks.check(&format!("redlock `{url}`"), &renderings(&outcome), secret);
+        let outcome = LockClient::connect_cluster([url.as_str()]).await;
+        leaks.check(&format!("cluster `{url}`"), &renderings(&outcome), secret);
+        let outcome = LockClient::connect_sentinel("mymaster", [url.as_str()]).await;
+        leaks.check(&format!("sentinel `{url}`"), &renderings(&outcome), secret);
+    }
+    leaks.assert_none(secret);
+}

@@ -131,7 +131,10 @@ async fn replica_sync_round(round: usize) {
             .await
             .expect_err(what);
         let text = format!("{err} {err:?}");
-        assert!(matches!(err, LockError::Backend { .. }), "{what}: {err:?}");
+        assert!(
+            matches!(err, LockError::Misconfigured { .. }) && !err.is_unavailable(),
+            "{what}: {err:?}"
+        );
         assert!(!text.contains("s3cret"), "{what}: a password in {text}");
     }
     let waiter_client = LockClient::builder()

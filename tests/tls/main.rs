@@ -10,106 +10,14 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+#[path = "../support/tls.rs"]
+mod tls_support;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::{LockClient, LockError};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use support::{RedisServer, free_port};
-
-const PASSWORD: &str = "tls-s3cret-pw";
-
-/// A CA: its certificate (PEM) and what signs server/client certificates.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().expect("CA key");
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate"),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A leaf certificate for `names` (DNS names or IPs): (cert PEM, key PEM).
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
-        let params = CertificateParams::new(names).expect("leaf params");
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// A fresh directory for one test's PEM files.
-fn pem_dir() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-tls-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("create pem dir");
-    dir
-}
-
-fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write pem");
-    path.to_string_lossy().into_owned()
-}
-
-/// A redis-server with TLS on `tls_port`, its certificate signed by `ca` for
-/// `localhost` and 127.0.0.1, requiring `PASSWORD`. `client_auth`: whether it
-/// demands a client certificate signed by `ca`.
-struct TlsServer {
-    server: RedisServer,
-    tls_port: u16,
-}
-
-impl TlsServer {
-    fn start(ca: &Ca, client_auth: bool) -> TlsServer {
-        let dir = pem_dir();
-        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
-        let cert = write(&dir, "server.crt", &cert);
-        let key = write(&dir, "server.key", &key);
-        let ca_file = write(&dir, "ca.crt", &ca.pem());
-        let tls_port = free_port().to_string();
-        let auth = if client_auth { "yes" } else { "no" };
-        let server = RedisServer::start_with(&[
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &ca_file,
-            "--tls-auth-clients",
-            auth,
-            "--requirepass",
-            PASSWORD,
-        ]);
-        TlsServer {
-            server,
-            tls_port: tls_port.parse().expect("port"),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("rediss://:{PASSWORD}@127.0.0.1:{}", self.tls_port)
-    }
-}
+use support::free_port;
+use tls_support::{Ca, PASSWORD, TlsSentinel, TlsServer, tls_args};
 
 fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
     LockClient::builder()
@@ -117,13 +25,28 @@ fn client_builder(ca: &Ca) -> leasehold::LockClientBuilder {
         .connect_timeout(Duration::from_secs(2))
 }
 
+/// A server that cannot be reached: unavailable (retry later).
 fn assert_backend_without_password(err: &LockError, port: u16) {
-    eprintln!("error as users see it: {err}");
-    let text = err.to_string();
     assert!(
-        matches!(err, LockError::Backend { .. }),
+        matches!(err, LockError::Backend { .. }) && err.is_unavailable(),
         "expected LockError::Backend, got {err:?}"
     );
+    assert_names_server_without_password(err, port);
+}
+
+/// A certificate refused (either way): a setup mistake, not an outage.
+fn assert_misconfigured_without_password(err: &LockError, port: u16) {
+    assert!(
+        matches!(err, LockError::Misconfigured { .. }) && err.is_misconfigured(),
+        "expected LockError::Misconfigured, got {err:?}"
+    );
+    assert!(!err.is_unavailable(), "{err:?}");
+    assert_names_server_without_password(err, port);
+}
+
+fn assert_names_server_without_password(err: &LockError, port: u16) {
+    eprintln!("error as users see it: {err}");
+    let text = err.to_string();
     assert!(
         text.contains(&format!("rediss://:***@127.0.0.1:{port}")),
         "the error names the server (redacted): {text}"
@@ -199,15 +122,15 @@ async fn mutual_tls_with_a_client_certificate() {
         .connect(&tls.url())
         .await
         .expect_err("no client certificate: refused");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     assert!(err.to_string().contains("tls_client_cert"), "{err}");
 }
 
 /// Certificates are verified: a server signed by a CA the client does not
-/// trust is refused with a clear error, both with another custom CA and with
+/// trust is refused with a clear error (a misconfiguration, not an outage), both with another custom CA and with
 /// the default (web PKI) roots.
 #[tokio::test]
-async fn wrong_ca_is_a_clear_backend_error() {
+async fn wrong_ca_is_a_clear_misconfiguration() {
     let ca = Ca::new("the server's CA");
     let other = Ca::new("some other CA");
     let tls = TlsServer::start(&ca, false);
@@ -216,7 +139,7 @@ async fn wrong_ca_is_a_clear_backend_error() {
         .connect(&tls.url())
         .await
         .expect_err("a server signed by an untrusted CA is refused");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     let text = err.to_string();
     assert!(
         text.contains("certificate") && text.contains("tls_ca"),
@@ -228,7 +151,7 @@ async fn wrong_ca_is_a_clear_backend_error() {
         .connect(&tls.url())
         .await
         .expect_err("default roots do not trust a private CA");
-    assert_backend_without_password(&err, tls.tls_port);
+    assert_misconfigured_without_password(&err, tls.tls_port);
     assert!(err.to_string().contains("certificate"), "{err}");
 }
 
@@ -237,29 +160,12 @@ async fn wrong_ca_is_a_clear_backend_error() {
 #[tokio::test]
 async fn host_name_is_verified() {
     let ca = Ca::new("leasehold hostname CA");
-    let dir = pem_dir();
-    let (cert, key) = ca.leaf(&["not-this-host.example"]);
-    let cert = write(&dir, "server.crt", &cert);
-    let key = write(&dir, "server.key", &key);
-    let ca_file = write(&dir, "ca.crt", &ca.pem());
-    let tls_port = free_port();
-    let _server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca_file,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let tls = TlsServer::start_for(&ca, &["not-this-host.example"], false);
     let err = client_builder(&ca)
-        .connect(&format!("rediss://127.0.0.1:{tls_port}"))
+        .connect(&tls.url())
         .await
         .expect_err("a certificate for another host is refused");
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("certificate"), "{err}");
 }
 
@@ -307,32 +213,16 @@ async fn unreadable_ca_is_an_invalid_argument() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls() {
     let ca = Ca::new("leasehold cluster CA");
-    let dir = pem_dir();
-    let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
-    let cert = write(&dir, "node.crt", &cert);
-    let key = write(&dir, "node.key", &key);
-    let ca_file = write(&dir, "ca.crt", &ca.pem());
     let tls_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let ports = tls_ports.clone();
+    let node_args: Vec<Vec<String>> = tls_ports
+        .iter()
+        .map(|&port| tls_args(&ca, &["localhost", "127.0.0.1"], port, false))
+        .collect();
     let cluster = tokio::task::spawn_blocking(move || {
         support::RedisCluster::start_with(3, |i| {
-            [
-                "--tls-port",
-                &ports[i].to_string(),
-                "--tls-cluster",
-                "yes",
-                "--tls-cert-file",
-                &cert,
-                "--tls-key-file",
-                &key,
-                "--tls-ca-cert-file",
-                &ca_file,
-                "--tls-auth-clients",
-                "no",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect()
+            let mut args = node_args[i].clone();
+            args.extend(["--tls-cluster".to_owned(), "yes".to_owned()]);
+            args
         })
     })
     .await
@@ -372,7 +262,99 @@ async fn cluster_over_tls() {
         .connect_cluster(&urls)
         .await
         .expect_err("a cluster whose CA is not trusted is refused");
-    assert!(matches!(err, LockError::Backend { .. }), "{err:?}");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
     assert!(err.to_string().contains("tls_ca"), "{err}");
     drop(cluster);
+}
+
+/// Certificates given for TLS with a URL that does not ask for it: refused
+/// (it would connect unencrypted, the certificates unused), on every kind of
+/// client, without the password.
+#[tokio::test]
+async fn certificates_with_a_plain_url_are_an_invalid_argument() {
+    let ca = Ca::new("leasehold plain-url CA");
+    let tls = TlsServer::start(&ca, false);
+    // The plain port of the same server: connecting there would work.
+    let plain = format!("redis://:{PASSWORD}@127.0.0.1:{}", tls.server.port());
+    let (cert, key) = ca.leaf(&["leasehold-client"]);
+    let with_ca = || client_builder(&ca);
+    let with_cert = || {
+        LockClient::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .tls_client_cert(cert.clone(), key.clone())
+    };
+    let outcomes = [
+        (
+            "tls_ca",
+            "connect",
+            with_ca().connect(&plain).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "redlock",
+            with_ca().connect_redlock([&plain]).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "cluster",
+            with_ca().connect_cluster([&plain]).await.map(drop),
+        ),
+        (
+            "tls_ca",
+            "sentinel",
+            with_ca()
+                .connect_sentinel("mymaster", [&plain])
+                .await
+                .map(drop),
+        ),
+        (
+            "tls_client_cert",
+            "connect",
+            with_cert().connect(&plain).await.map(drop),
+        ),
+    ];
+    for (option, what, outcome) in outcomes {
+        match outcome {
+            Err(LockError::InvalidArgument { name, reason }) => {
+                assert_eq!(name, option, "{what}: {reason}");
+                assert!(reason.contains("rediss://"), "{what}: {reason}");
+                assert!(!reason.contains(PASSWORD), "{what}: {reason}");
+            }
+            other => panic!("{what} with {option} and redis://: {other:?}"),
+        }
+    }
+    // The TLS URL with the same options connects.
+    client_builder(&ca)
+        .connect(&tls.url())
+        .await
+        .expect("rediss:// with tls_ca connects");
+}
+
+/// Sentinel over TLS with a private CA: the sentinels are asked, and the
+/// primary reached, with the certificates given to the builder.
+#[cfg(feature = "sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_with_a_private_ca() {
+    let ca = Ca::new("leasehold sentinel CA");
+    let primary = TlsServer::start(&ca, false);
+    let sentinel = TlsSentinel::start(&ca, &primary);
+    let client = client_builder(&ca)
+        .connect_sentinel(support::MASTER_NAME, [sentinel.url()])
+        .await
+        .expect("connect through a TLS sentinel");
+    let guard = client
+        .lock("tls:sentinel")
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+
+    // Without the CA, the sentinel's certificate is refused: a setup mistake.
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_sentinel(support::MASTER_NAME, [sentinel.url()])
+        .await
+        .expect_err("an untrusted sentinel");
+    assert!(err.is_misconfigured() && !err.is_unavailable(), "{err:?}");
+    assert!(!err.to_string().contains(PASSWORD), "{err}");
 }

@@ -79,7 +79,21 @@ impl Address {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let info = self.info.clone().set_redis_settings(settings);
+        self.open(self.info.clone().set_redis_settings(settings), options)
+    }
+
+    /// A redis-rs client for this address as the URL says (a sentinel's),
+    /// with the custom TLS certificates of `options` for `rediss://`.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn client(&self, options: &ConnectOptions) -> Result<redis::Client, LockError> {
+        self.open(self.info.clone(), options)
+    }
+
+    fn open(
+        &self,
+        info: redis::ConnectionInfo,
+        options: &ConnectOptions,
+    ) -> Result<redis::Client, LockError> {
         #[cfg(feature = "tls")]
         if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&options.tls, info.addr()) {
             return redis::Client::build_with_tls(info, certs.clone())
@@ -151,37 +165,74 @@ pub(crate) fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfi
         .set_max_delay(Duration::from_secs(1))
 }
 
-/// A redis-rs error as a [`LockError::Backend`] naming `server` (redacted).
+/// A redis-rs error as a [`LockError::Backend`] naming `server` (redacted),
+/// or as a [`LockError::Misconfigured`] when it tells of a setup mistake.
 pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
+    if let Some(message) = misconfiguration(&err) {
+        return LockError::misconfigured(server, message);
+    }
+    if err.is_timeout() {
+        LockError::backend(server, format!("no answer in time ({err})"))
+    } else {
+        LockError::backend(server, err.to_string())
+    }
+}
+
+/// What to tell the user when `err` says the setup is wrong (a retry
+/// cannot help), or `None`. Redis's texts never contain the password.
+fn misconfiguration(err: &RedisError) -> Option<String> {
     let text = err.to_string();
-    let message = if err.is_timeout() {
-        format!("no answer in time ({err})")
-    } else if is_certificate_error(&text) {
+    let code = err.code().unwrap_or_default();
+    let message = if is_certificate_error(&text) {
         format!(
             "TLS: the server's certificate was not accepted ({text}); \
              trust its CA with LockClientBuilder::tls_ca"
         )
-    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
-        format!("{ACL_REFUSED} ({text}); see the minimal ACL rule in the README")
     } else if text.contains("CertificateRequired") {
         format!(
             "TLS: the server requires a client certificate ({text}); \
              present one with LockClientBuilder::tls_client_cert"
         )
+    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
+        format!("{ACL_REFUSED} ({text}); see the minimal ACL rule in the README")
+    } else if code == "NOAUTH" || text.contains("NOAUTH") {
+        NO_PASSWORD.to_owned()
+    } else if code == "WRONGPASS"
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+        || text.contains("WRONGPASS")
+        || text.contains("Password authentication failed")
+        || text.contains("without any password configured")
+    {
+        let why = err.detail().unwrap_or(&text);
+        format!(
+            "WRONGPASS: the server refused the user name or password of the URL ({why}); \
+             {WHERE_THE_PASSWORD_GOES}"
+        )
+    } else if text.contains("DB index is out of range") {
+        format!(
+            "the database of the URL (its path, `/N`) does not exist on this server ({text}); \
+             use one below the server's `databases` setting (16 by default)"
+        )
     } else {
-        text
+        return None;
     };
-    LockError::backend(server, message)
+    Some(message)
 }
 
-/// How every [`LockError::Backend`] message about an ACL refusal starts.
+/// The message of a `NOAUTH` refusal: the server wants a password the URL
+/// does not give.
+const NO_PASSWORD: &str = concat!(
+    "NOAUTH: the server requires a password and the URL gives none; ",
+    "put it in the URL: redis://:password@host:port, or redis://user:password@host:port ",
+    "for an ACL user (rediss:// with TLS; percent-encode `@`, `:`, `/`, `?` and `#` in it)"
+);
+
+/// Where credentials go, for the messages about refused ones.
+const WHERE_THE_PASSWORD_GOES: &str = "credentials go in the URL: redis://:password@host:port, \
+     or redis://user:password@host:port for an ACL user (percent-encode `@`, `:`, `/`, `?` and `#` in them)";
+
+/// How every [`LockError::Misconfigured`] message about an ACL refusal starts.
 pub(crate) const ACL_REFUSED: &str = "NOPERM: refused by the server's ACL";
-
-/// Whether `err` is an ACL refusal: the user lacks a permission, which no
-/// retry will fix.
-pub(crate) fn is_acl_refusal(err: &LockError) -> bool {
-    matches!(err, LockError::Backend { message, .. } if message.starts_with(ACL_REFUSED))
-}
 
 /// Whether redis-rs's message tells of a server certificate rustls refused.
 fn is_certificate_error(text: &str) -> bool {

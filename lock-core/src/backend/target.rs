@@ -29,6 +29,19 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// The URLs given: the server's, the masters', the nodes' or the
+    /// sentinels'.
+    pub(crate) fn urls(&self) -> &[String] {
+        match self {
+            Target::Server(url) => std::slice::from_ref(url),
+            Target::Redlock(urls) => urls,
+            #[cfg(feature = "cluster")]
+            Target::Cluster(urls) => urls,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel { sentinels, .. } => sentinels,
+        }
+    }
+
     /// Check what can be checked without a server: every URL parses, the
     /// lists are not empty. The errors show URLs redacted.
     pub(crate) fn check(&self) -> Result<(), LockError> {

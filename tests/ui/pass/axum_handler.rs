@@ -30,6 +30,8 @@ impl IntoResponse for ApiError {
         let ApiError::Lock(err) = self;
         let status = if err.is_busy() {
             StatusCode::CONFLICT
+        } else if err.is_misconfigured() {
+            StatusCode::INTERNAL_SERVER_ERROR
         } else if err.is_unavailable() {
             StatusCode::SERVICE_UNAVAILABLE
         } else {

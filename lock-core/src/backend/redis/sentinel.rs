@@ -130,7 +130,8 @@ fn split_sentinel_url(url: &str) -> Result<(String, PrimaryTemplate), LockError>
             "sentinels",
             format!(
                 "`{}` is not a sentinel URL; expected redis://[user:password@]host:port",
-                redact_url(url.split('?').next().unwrap_or(url))
+                // Redacted whole: a password may contain a `?`.
+                redact_url(url)
             ),
         )
     };
@@ -241,6 +242,7 @@ impl Sentinel {
         for sentinel in &shared.sentinels {
             tokio::spawn(hear_switches(
                 sentinel.clone(),
+                sentinel.client(options)?,
                 master_name.to_owned(),
                 switches_tx.clone(),
                 alive_rx.clone(),
@@ -329,7 +331,9 @@ impl Shared {
     }
 }
 
-/// Ask each sentinel in turn for the primary; the first answer wins.
+/// Ask each sentinel in turn for the primary; the first answer wins. When
+/// every sentinel (or the primary it named) refused this client's setup
+/// (a wrong password...), the error is [`LockError::Misconfigured`].
 async fn resolve(
     master_name: &str,
     sentinels: &[Address],
@@ -338,6 +342,11 @@ async fn resolve(
     shown: &str,
 ) -> Result<Address, LockError> {
     let mut errors = Vec::new();
+    let mut setup_errors = 0;
+    let mut failed = |error: LockError, errors: &mut Vec<String>| {
+        setup_errors += usize::from(error.is_misconfigured());
+        errors.push(error.to_string());
+    };
     for sentinel in sentinels {
         match ask(master_name, sentinel, options).await {
             Ok(Some((host, port))) => {
@@ -346,20 +355,22 @@ async fn resolve(
                 match is_primary(&address, options).await {
                     Ok(true) => return Ok(address),
                     Ok(false) => errors.push(format!("{} is not a primary", address.shown)),
-                    Err(e) => errors.push(e.to_string()),
+                    Err(e) => failed(e, &mut errors),
                 }
             }
             Ok(None) => errors.push(format!(
                 "{} knows no primary named `{master_name}`",
                 sentinel.shown
             )),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => failed(e, &mut errors),
         }
     }
-    Err(LockError::backend(
-        shown,
-        format!("no primary found: {}", errors.join("; ")),
-    ))
+    let message = format!("no primary found: {}", errors.join("; "));
+    Err(if setup_errors > 0 && setup_errors == errors.len() {
+        LockError::misconfigured(shown, message)
+    } else {
+        LockError::backend(shown, message)
+    })
 }
 
 /// One sentinel's answer to `SENTINEL get-master-addr-by-name`.
@@ -368,8 +379,7 @@ async fn ask(
     sentinel: &Address,
     options: &ConnectOptions,
 ) -> Result<Option<(String, u16)>, LockError> {
-    let client = redis::Client::open(sentinel.info.clone())
-        .map_err(|e| backend_error(&sentinel.shown, e))?;
+    let client = sentinel.client(options)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
         options,
@@ -387,8 +397,7 @@ async fn ask(
 
 /// Whether the server at `address` says `ROLE` master.
 async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool, LockError> {
-    let client =
-        redis::Client::open(address.info.clone()).map_err(|e| backend_error(&address.shown, e))?;
+    let client = address.client(options)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
         options,
@@ -476,6 +485,7 @@ async fn follow(
 /// `master_name`, reconnecting as needed, until `alive` is dropped.
 async fn hear_switches(
     sentinel: Address,
+    client: redis::Client,
     master_name: String,
     switches: mpsc::UnboundedSender<()>,
     mut alive: watch::Receiver<()>,
@@ -483,7 +493,6 @@ async fn hear_switches(
     let ours = |payload: &str| payload.split(' ').next() == Some(master_name.as_str());
     loop {
         let listening = async {
-            let client = redis::Client::open(sentinel.info.clone())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(SWITCH_MASTER).await?;
             let mut messages = pubsub.on_message();

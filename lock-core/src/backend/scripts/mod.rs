@@ -103,10 +103,10 @@ impl ScriptError {
 }
 
 /// A failed script call as a [`LockError::Backend`]; an ACL refusal inside
-/// the script names the refused command.
+/// the script is a [`LockError::Misconfigured`] naming the refused command.
 pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
     match refused_in_script(&err) {
-        Some(message) => LockError::backend(server, message),
+        Some(message) => LockError::misconfigured(server, message),
         None => backend_error(server, err),
     }
 }
