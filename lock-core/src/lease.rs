@@ -381,6 +381,14 @@ impl Renewable for Lease {
         self.settings.renew.then(|| self.renew_period())
     }
 
+    fn lease_id(&self) -> u64 {
+        self.id
+    }
+
+    fn deadline(&self) -> Instant {
+        self.status().valid_until
+    }
+
     fn is_live(&self) -> bool {
         self.status().state == State::Held
     }

@@ -44,6 +44,10 @@ pub(crate) trait Renewable: Send + Sync {
     fn renewal(&self, now: Instant, audit: bool) -> Option<Renewal>;
     /// How often it is renewed (`None`: only checked on audits).
     fn period(&self) -> Option<Duration>;
+    /// The id it is tracked under.
+    fn lease_id(&self) -> u64;
+    /// Its validity deadline as known now.
+    fn deadline(&self) -> Instant;
     /// Whether it is still held (neither released nor lost).
     fn is_live(&self) -> bool;
     /// Its validity passed without a successful renewal: mark it lost.
@@ -242,6 +246,11 @@ impl Watchdog {
             if let Some(renewal) = lease.renewal(now, audit.is_some()) {
                 batch.push(renewal);
                 members.push(lease);
+            } else if audit.is_none() && lease.is_live() {
+                // Due, but nothing to send (past its `max_hold`): only its
+                // deadline matters now. Left due, it would be picked again
+                // at once, and the renewer would loop without an await.
+                self.reschedule(lease.lease_id(), lease.deadline());
             }
         }
         if batch.is_empty() {
