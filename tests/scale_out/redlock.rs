@@ -355,3 +355,67 @@ mod with_the_attribute {
         assert_eq!((ran, busy), (1, 1), "{outcomes:?}");
     }
 }
+
+/// Issue 22, item 5: a release returns once a majority confirmed it; the
+/// nodes that did not answer are released in the background, tried again
+/// until they answer or the lease runs out. Five masters: one stalled
+/// (SIGSTOP), one behind a proxy that resets every connection while the
+/// release is sent. The release must not wait for the stalled node's
+/// timeout (2 s), and once both come back their copies are deleted, long
+/// before the lease (30 s) would have removed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_returns_at_a_majority_and_finishes_the_rest_in_the_background() {
+    use crate::support::{FaultProxy, ProxyMode};
+
+    let nodes = masters(5);
+    let proxy = FaultProxy::start(nodes[4].port());
+    let mut urls = urls(&nodes[..4]);
+    urls.push(proxy.url());
+    let client = LockClient::connect_redlock(urls)
+        .await
+        .expect("connect to the masters");
+    let guard = client
+        .lock("half-down")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire on five masters");
+    assert!(
+        nodes.iter().all(|n| has_lock(n, "half-down")),
+        "every master should hold the lock before the fault"
+    );
+
+    nodes[3].pause();
+    proxy.set_mode(ProxyMode::Reset);
+    let started = Instant::now();
+    let released = guard.release().await;
+    let took = started.elapsed();
+    released.expect("a majority confirmed the release");
+    assert!(
+        took < Duration::from_secs(1),
+        "the release waited {took:?} for the nodes that did not answer \
+         (their timeout is 2 s)"
+    );
+    assert!(
+        nodes[..3].iter().all(|n| !has_lock(n, "half-down")),
+        "the answering majority still holds the lock"
+    );
+
+    // Both come back: the background release reaches them.
+    nodes[3].resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let until = Instant::now() + Duration::from_secs(10);
+    while nodes[3..].iter().any(|n| has_lock(n, "half-down")) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !has_lock(&nodes[3], "half-down"),
+        "the stalled master still holds the lock after it came back"
+    );
+    assert!(
+        !has_lock(&nodes[4], "half-down"),
+        "the master behind the resetting proxy still holds the lock: \
+         the release was not tried again once it could be reached"
+    );
+}

@@ -10,7 +10,9 @@
 //!   did not answer) before returning.
 //! - Release, extend and renewal need a majority too: a renewal that reaches
 //!   only a minority is treated as failed, and the lease is lost when its
-//!   validity ends.
+//!   validity ends. A release returns as soon as a majority decided it; the
+//!   nodes that have not answered are released in the background, tried
+//!   again until they answer or the lease runs out.
 //!
 //! # Fencing tokens
 //!
@@ -50,6 +52,10 @@ use crate::error::LockError;
 /// How long an attempt whose outcome is settled still listens for the
 /// nodes that have not answered yet.
 const SETTLE_GRACE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two tries of releasing a master that did not
+/// answer.
+const MAX_RELEASE_RETRY_DELAY: Duration = Duration::from_millis(250);
 
 pub(crate) struct RedlockBackend {
     nodes: Arc<[ServerBackend]>,
@@ -413,18 +419,63 @@ impl Backend for RedlockBackend {
     fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = giving.parts();
         Box::pin(async move {
-            let replies = self
-                .on_all(self.response_timeout, |node| async move {
-                    node.release_script(keys, token, keep, deadline, scripts::Announce::Always)
-                        .await
-                        .map(|r| r.owned)
+            // Each node is released by a task of its own, which goes on
+            // after this returns (or is dropped): the nodes that do not
+            // answer in time keep being tried until they do or the lease
+            // runs out, while the caller has its answer from the majority.
+            let shared_keys = Arc::new(keys.clone());
+            let shared_token: Arc<str> = Arc::from(token);
+            let runtime = tokio::runtime::Handle::try_current().ok();
+            let mut pending: FuturesUnordered<_> = (0..self.nodes.len())
+                .map(|index| {
+                    let release = release_on_node(
+                        self.nodes.clone(),
+                        index,
+                        shared_keys.clone(),
+                        shared_token.clone(),
+                        keep,
+                        deadline,
+                        self.response_timeout,
+                    );
+                    let node = self.nodes.get(index).map_or("", |n| n.server()).to_owned();
+                    let joined: BoxFuture<'static, NodeReply<Owned>> = match &runtime {
+                        Some(runtime) => {
+                            let task = runtime.spawn(release);
+                            Box::pin(async move {
+                                task.await.unwrap_or_else(|error| {
+                                    Err(LockError::backend(
+                                        &node,
+                                        format!("release task ended: {error}"),
+                                    ))
+                                })
+                            })
+                        }
+                        // No runtime to leave work to: wait for it here.
+                        None => Box::pin(release),
+                    };
+                    async move { (index, joined.await) }
                 })
-                .await;
-            let reached = replies
+                .collect();
+            // The caller's answer: as soon as a majority decides it, or what
+            // the nodes said within the response timeout.
+            let until = Instant::now() + self.response_timeout;
+            let mut answers = vec![None; self.nodes.len()];
+            let mut outcome = None;
+            while let Ok(Some((index, reply))) =
+                tokio::time::timeout_at(until, pending.next()).await
+            {
+                if let Some(answer) = answers.get_mut(index) {
+                    *answer = reply.ok();
+                }
+                outcome = self.decide(answers.iter().copied());
+                if outcome.is_some() {
+                    break;
+                }
+            }
+            let reached = answers
                 .iter()
-                .filter(|r| matches!(r, Ok(Owned::Yes)))
+                .filter(|a| matches!(a, Some(Owned::Yes)))
                 .count();
-            let outcome = self.decide(replies.into_iter().map(Result::ok));
             if outcome == Some(Owned::Yes) {
                 self.wakeups
                     .announce(&keys.channel, Announcement::Free(token));
@@ -582,6 +633,46 @@ impl Backend for RedlockBackend {
     fn describe(&self) -> String {
         let nodes: Vec<&str> = self.nodes.iter().map(|n| n.server()).collect();
         format!("redlock[{}]", nodes.join(", "))
+    }
+}
+
+/// Release the lock on one node, trying again while it cannot be reached,
+/// until `deadline` (the lease's validity: after it the node's copy expires
+/// by itself). Each try is bounded by `response_timeout`.
+async fn release_on_node(
+    nodes: Arc<[ServerBackend]>,
+    index: usize,
+    keys: Arc<LockKeys>,
+    token: Arc<str>,
+    keep: Duration,
+    deadline: Instant,
+    response_timeout: Duration,
+) -> NodeReply<Owned> {
+    let Some(node) = nodes.get(index) else {
+        return Err(LockError::invalid("node", "no such Redlock master"));
+    };
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let tried = tokio::time::timeout(
+            response_timeout,
+            node.release_script(&keys, &token, keep, deadline, scripts::Announce::Always),
+        )
+        .await;
+        let error = match tried {
+            Ok(Ok(released)) => return Ok(released.owned),
+            Ok(Err(error)) if !error.is_unavailable() => return Err(error),
+            Ok(Err(error)) => error,
+            Err(_) => LockError::backend(
+                node.server(),
+                format!("no answer within {response_timeout:?}"),
+            ),
+        };
+        if Instant::now() + delay >= deadline {
+            tracing::debug!(key = %keys.key, %error, "leasehold: redlock master not released before the lease ran out");
+            return Err(error);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
     }
 }
 
