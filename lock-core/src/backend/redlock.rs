@@ -219,6 +219,14 @@ impl RedlockBackend {
             .on_all(self.response_timeout, |node| node.inspect_script(keys))
             .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
+        // Masters with a value leasehold did not write at the lock's names.
+        let foreign: Vec<&LockError> = replies
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .filter(|e| matches!(e, LockError::WrongType { .. }))
+            .collect();
+        let wrong_type = foreign.first().map(|&e| e.clone());
+        let foreign = foreign.len();
         let seen: Vec<Inspected> = replies
             .into_iter()
             .filter_map(|r| r.ok().flatten())
@@ -239,7 +247,12 @@ impl RedlockBackend {
             }
         }
         if answered < self.quorum {
-            return Err(self.quorum_error(keys, answered, None));
+            // Masters that answered with a foreign value at the lock's
+            // names did answer: with a majority of answers, say what is
+            // there rather than that the majority was missed.
+            return Err(wrong_type
+                .filter(|_| answered + foreign >= self.quorum)
+                .unwrap_or_else(|| self.quorum_error(keys, answered, None)));
         }
         Ok(None)
     }
@@ -586,7 +599,8 @@ impl Backend for RedlockBackend {
             keys.dedup();
             let mut found = Vec::new();
             for key in keys {
-                if let Some(info) = self.inspect_majority(&LockKeys::new(prefix, &key)).await? {
+                let inspected = self.inspect_majority(&LockKeys::new(prefix, &key)).await;
+                if let Some(info) = super::listed(inspected)? {
                     found.push(info);
                 }
             }
