@@ -419,3 +419,51 @@ async fn release_returns_at_a_majority_and_finishes_the_rest_in_the_background()
          the release was not tried again once it could be reached"
     );
 }
+
+/// Issue 22 (suspected): fencing with client clocks that disagree and one
+/// master restarted empty. Three masters A, B, C. An earlier holder whose
+/// clock runs far ahead (here: the counters such a client leaves behind,
+/// written straight to A and B) takes the lock on A and B while C stalls;
+/// C comes back within that lease. Then A restarts without persistence and
+/// B stalls: a later holder gets its majority from A and C, neither of
+/// which learned the earlier token, and a client clock behind it. Its
+/// token must still be higher: the nodes that did not grant are levelled
+/// to the token too once they answer (within the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_survives_disagreeing_clocks_and_a_restarted_master() {
+    let mut nodes = masters(3);
+    let early = client(&nodes).await;
+    for node in &nodes[..2] {
+        node.cmd(&["SET", "leasehold:{skew}:fence", "8000000000000000"]);
+    }
+    nodes[2].pause();
+    let first = early
+        .lock("skew")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("a majority (A, B) grants");
+    let earlier = first.fencing_token();
+    assert!(earlier > 8_000_000_000_000_000, "{earlier}");
+    nodes[2].resume();
+    // C answers again within the earlier lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.release().await.expect("release");
+
+    nodes[0].restart();
+    nodes[1].pause();
+    let late = client(&nodes).await;
+    let second = late
+        .lock("skew")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a majority (A, C) grants");
+    let later = second.fencing_token();
+    nodes[1].resume();
+    assert!(
+        later > earlier,
+        "the later holder's token {later} is not above the earlier holder's {earlier}"
+    );
+    second.release().await.expect("release");
+}
