@@ -405,3 +405,98 @@ async fn redlock_minority_holder_is_not_held() {
             .expect("force_release")
     );
 }
+
+/// Issue 22, item 4: keys that match the pattern but are not leasehold
+/// locks (a hash at a lock's name, a stray value in a fence key, a plain
+/// string written by something else, without expiry) are left out of
+/// `list`, which still shows every real lock; `inspect` of such a key says
+/// what it is (`WrongType`) instead of showing a holder with 0 s left.
+async fn stray_keys_are_left_out_of_list(setup: &Setup) {
+    let client = setup.client("real").await;
+    let _a = client.lock("job:a").acquire().await.expect("acquire job:a");
+    let _b = client.lock("job:b").acquire().await.expect("acquire job:b");
+    // Written straight to every server that holds data (each master of a
+    // Redlock: a majority would agree on a foreign value).
+    setup.raw(&["HSET", "leasehold:{job:hash}:lock", "f", "v"]);
+    setup.raw(&["SET", "leasehold:{job:plain}:lock", "hello"]);
+    setup.raw(&[
+        "SET",
+        "leasehold:{job:fence}:lock",
+        "0123456789abcdef0123456789abcdef:x",
+        "PX",
+        "60000",
+    ]);
+    setup.raw(&["HSET", "leasehold:{job:fence}:fence", "f", "v"]);
+
+    let listed = client.list("job:*").await.expect("list despite stray keys");
+    let keys: Vec<&str> = listed.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["job:a", "job:b"], "only the real locks: {listed:?}");
+
+    for (key, redis_key) in [
+        ("job:hash", "leasehold:{job:hash}:lock"),
+        ("job:plain", "leasehold:{job:plain}:lock"),
+        ("job:fence", "leasehold:{job:fence}:fence"),
+    ] {
+        match client.inspect(key).await {
+            Err(leasehold::LockError::WrongType {
+                key: k,
+                redis_key: r,
+            }) => {
+                assert_eq!((k.as_str(), r.as_str()), (key, redis_key));
+            }
+            other => panic!("inspect({key}): expected WrongType, got {other:?}"),
+        }
+    }
+    // The operator's way out for a foreign string that blocks a lock.
+    assert!(
+        client
+            .force_release("job:plain")
+            .await
+            .expect("force_release")
+    );
+    assert!(
+        client
+            .inspect("job:plain")
+            .await
+            .expect("inspect")
+            .is_none()
+    );
+}
+
+impl Setup {
+    /// One command on every server that holds data (all masters).
+    fn raw(&self, args: &[&str]) {
+        match self {
+            Setup::Memory { .. } => panic!("no server behind the in-memory store"),
+            Setup::Single(server) => {
+                server.cmd(args);
+            }
+            #[cfg(feature = "cluster")]
+            Setup::Cluster(cluster) => {
+                let node = cluster.node_for_key(args[1]);
+                cluster.nodes()[node].cmd(args);
+            }
+            Setup::Redlock(servers) => {
+                for server in servers {
+                    server.cmd(args);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_list_leaves_out_stray_keys() {
+    stray_keys_are_left_out_of_list(&Setup::single().await).await;
+}
+
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_list_leaves_out_stray_keys() {
+    stray_keys_are_left_out_of_list(&Setup::cluster().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_list_leaves_out_stray_keys() {
+    stray_keys_are_left_out_of_list(&Setup::redlock().await).await;
+}

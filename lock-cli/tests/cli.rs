@@ -102,6 +102,50 @@ async fn list_shows_the_matching_held_locks() {
     assert!(stdout(&out).contains("no held locks"));
 }
 
+/// Issue 22, item 4: a matching key that is not a leasehold lock (a hash at
+/// a lock's name, a string another program wrote without expiry) does not
+/// break `list`: the real locks are shown, the stray keys are not (neither
+/// as a failure nor as a holder with 0 s left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_real_locks_beside_stray_keys() {
+    let server = start().await;
+    let url = server.url();
+    let billing = named(&server, "billing-worker-3").await;
+    let _a = hold(&billing, "order:1").await;
+    server.cmd(&["HSET", "leasehold:{order:hash}:lock", "f", "v"]);
+    server.cmd(&["SET", "leasehold:{order:plain}:lock", "hello"]);
+
+    let out = leasehold(&["--url", &url, "list", "order:*"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("order:1"), "{text}");
+    assert!(text.contains("billing-worker-3"), "{text}");
+    assert!(
+        !text.contains("order:hash") && !text.contains("order:plain"),
+        "{text}"
+    );
+
+    let out = leasehold(&["--url", &url, "--json", "list", "order:*"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listed = json(&out);
+    let keys: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|item| item["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["order:1"]);
+
+    // Asked about by name, the foreign string is named, not shown as held.
+    let out = leasehold(&["--url", &url, "show", "order:plain"]);
+    assert_ne!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("leasehold:{order:plain}:lock"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_names_fields_like_lock_info() {
     let server = start().await;

@@ -201,6 +201,11 @@ impl LockClient {
     /// with each other. On Redlock, what a majority of masters says: the
     /// lock is held when a majority have the same holder.
     ///
+    /// A key that holds something leasehold did not write (a value of
+    /// another type, or a string that is not an owner token) is
+    /// [`LockError::WrongType`], naming the Redis key: it is not shown as
+    /// a holder.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), leasehold_core::LockError> {
@@ -238,6 +243,16 @@ impl LockClient {
     /// and every master of a Redlock client (where a lock counts when a
     /// majority say so). A lock taken or released during the walk may or
     /// may not be listed.
+    ///
+    /// Only leasehold's locks are listed. A matching key that is not one is
+    /// left out and logged (WARN, naming the Redis key), so that it cannot
+    /// hide the others: a value of another type at a lock's names (a hash
+    /// at `leasehold:{x}:lock`, a non-number in its fence key), or a string
+    /// that is not an owner token (`<32 hex digits>:<client name>`), such
+    /// as one written by another program without expiry. Such a key still
+    /// blocks that lock; [`inspect`](Self::inspect) of it is
+    /// [`LockError::WrongType`] naming the Redis key, and
+    /// [`force_release`](Self::force_release) removes a foreign string.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -51,6 +51,11 @@ struct Status {
     state: State,
     /// Past this instant the lease may have expired on the server.
     valid_until: Instant,
+    /// Watchdog calls (renewals, audits) that include the lease and have
+    /// not come back: the release waits for them, so that none lands
+    /// after it (one sent after the release would reset the expiry that
+    /// `at_least` left to the full TTL).
+    renewing: u32,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -70,6 +75,8 @@ pub(crate) struct Lease {
     /// Signalled when the state leaves `Held` (not on renewals: a waiter in
     /// `lost()` re-reads the deadline when its sleep ends).
     state_changed: Notify,
+    /// Signalled when the last watchdog call including it comes back.
+    renewals_done: Notify,
     /// Held-lease gauge, hold time, loss and release counters.
     metrics: LeaseMetrics,
 }
@@ -98,8 +105,10 @@ impl Lease {
             status: Mutex::new(Status {
                 state: State::Held,
                 valid_until: acquired_at,
+                renewing: 0,
             }),
             state_changed: Notify::new(),
+            renewals_done: Notify::new(),
             metrics,
         });
         lease.status_mut().valid_until = lease.validity_from(acquired_at, settings.ttl);
@@ -327,6 +336,9 @@ impl Lease {
     async fn give_back_unobserved(&self) -> Result<(), LockError> {
         let was_held = self.leave_held(State::Released);
         self.issuer.watchdog.untrack(self.id);
+        // No renewal is sent from now on; one already on its way is let
+        // land first (it goes to the same server, ahead of the release).
+        self.renewals_settled().await;
         let keep = self
             .settings
             .at_least
@@ -350,6 +362,19 @@ impl Lease {
         }
     }
 
+    /// Resolves once no watchdog call including the lease is in flight.
+    async fn renewals_settled(&self) {
+        loop {
+            let done = self.renewals_done.notified();
+            let mut done = std::pin::pin!(done);
+            done.as_mut().enable();
+            if self.status().renewing == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+
     /// [`give_back`](Self::give_back) in the background (from `Drop`).
     /// Without a runtime (or on one shutting down) the lease expires by
     /// itself.
@@ -367,18 +392,48 @@ impl Lease {
 
 impl Renewable for Lease {
     fn renewal(&self, now: Instant, audit: bool) -> Option<Renewal> {
-        if !self.is_live() {
+        // Decided and counted in flight in one step with the state: the
+        // release either stops this renewal or waits for it.
+        let mut status = self.status_mut();
+        if status.state != State::Held {
             return None;
         }
-        if self.settings.renew && !self.past_max_hold(now) {
-            return Some(self.renewal_of(self.settings.ttl));
+        let ttl = if self.settings.renew && !self.past_max_hold(now) {
+            self.settings.ttl
+        } else if audit {
+            // Checked only: set the expiry to what it is already (at most).
+            status
+                .valid_until
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        } else {
+            return None;
+        };
+        status.renewing += 1;
+        Some(self.renewal_of(ttl))
+    }
+
+    fn renewal_done(&self) {
+        let settled = {
+            let mut status = self.status_mut();
+            status.renewing = status.renewing.saturating_sub(1);
+            status.renewing == 0
+        };
+        if settled {
+            self.renewals_done.notify_waiters();
         }
-        // Checked only: set the expiry to what it is already (at most).
-        audit.then(|| self.renewal_of(self.remaining().max(Duration::from_millis(1))))
     }
 
     fn period(&self) -> Option<Duration> {
         self.settings.renew.then(|| self.renew_period())
+    }
+
+    fn lease_id(&self) -> u64 {
+        self.id
+    }
+
+    fn deadline(&self) -> Instant {
+        self.status().valid_until
     }
 
     fn is_live(&self) -> bool {

@@ -41,9 +41,17 @@ pub(crate) trait Renewable: Send + Sync {
     /// The renewal to send now, or `None` if the lease is not to be renewed
     /// (released, lost, or past its `max_hold`). With `audit`, a lease that
     /// is not renewed periodically is checked too, without lengthening it.
+    /// A renewal returned is in flight until [`renewal_done`](Self::renewal_done).
     fn renewal(&self, now: Instant, audit: bool) -> Option<Renewal>;
+    /// The call carrying a renewal from [`renewal`](Self::renewal) came
+    /// back (or was dropped).
+    fn renewal_done(&self);
     /// How often it is renewed (`None`: only checked on audits).
     fn period(&self) -> Option<Duration>;
+    /// The id it is tracked under.
+    fn lease_id(&self) -> u64;
+    /// Its validity deadline as known now.
+    fn deadline(&self) -> Instant;
     /// Whether it is still held (neither released nor lost).
     fn is_live(&self) -> bool;
     /// Its validity passed without a successful renewal: mark it lost.
@@ -242,11 +250,18 @@ impl Watchdog {
             if let Some(renewal) = lease.renewal(now, audit.is_some()) {
                 batch.push(renewal);
                 members.push(lease);
+            } else if audit.is_none() && lease.is_live() {
+                // Due, but nothing to send (past its `max_hold`): only its
+                // deadline matters now. Left due, it would be picked again
+                // at once, and the renewer would loop without an await.
+                self.reschedule(lease.lease_id(), lease.deadline());
             }
         }
         if batch.is_empty() {
             return true;
         }
+        // Every renewal taken is given back, however this call ends.
+        let _in_flight = InFlight(&members);
         let span = telemetry::renew_span(batch.len(), audit);
         let reply = self.backend.renew(&batch).instrument(span.clone()).await;
         let _entered = span.enter();
@@ -302,6 +317,18 @@ impl Watchdog {
     fn pending_change(&self) -> Option<LostCause> {
         let change = *self.backend.changes()?.borrow();
         (change.generation > self.audited.load(Ordering::Acquire)).then_some(change.cause)
+    }
+}
+
+/// The leases of a watchdog call in flight: each is told when it is over,
+/// also when the call is dropped (its runtime shutting down).
+struct InFlight<'a>(&'a [&'a Arc<dyn Renewable>]);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        for lease in self.0 {
+            lease.renewal_done();
+        }
     }
 }
 

@@ -84,3 +84,63 @@ async fn an_early_release_with_at_least_hands_over_when_at_least_ends() {
     let third = c.lock("report").try_acquire().await.expect("try_acquire");
     assert!(third.is_some(), "the free lock is kept from a third client");
 }
+
+/// Issue 22 (suspected): a renewal on its way when the holder releases
+/// with `at_least` must not land after the release and reset the key to
+/// the full TTL (it is still the holder's token, so renew.lua would
+/// extend it). 120 rounds of 32 leases taken together, so that the
+/// watchdog renews them in one batch (ttl / 3 = 100 ms after), each
+/// released around that moment on a two-worker runtime; after each
+/// release the key must expire with `at_least` (≤ 50 ms left), not a
+/// whole lease (300 ms) later.
+///
+/// A race: before the fix, several releases per run were overtaken by
+/// their renewal on the test machine, so this fails with a high
+/// probability (not certainty) if the release stops waiting for a renewal
+/// in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_in_flight_does_not_outlive_a_release_with_at_least() {
+    let server = std::sync::Arc::new(RedisServer::start());
+    let client = connect(&server).await;
+    let ttl = Duration::from_millis(300);
+    let at_least = Duration::from_millis(150);
+    let mut overtaken = Vec::new();
+    for round in 0..120u64 {
+        let leases: Vec<_> = (0..32u64)
+            .map(|l| {
+                let (client, server) = (client.clone(), server.clone());
+                tokio::spawn(async move {
+                    let key = format!("renewal-race-{round}-{l}");
+                    let guard = client
+                        .lock(key.clone())
+                        .ttl(ttl)
+                        .renew(true)
+                        .at_least(at_least)
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    // 99.0 ms to 100.9 ms after the acquisition.
+                    let offset = (round * 7 + l * 13) % 20;
+                    tokio::time::sleep(Duration::from_micros(99_000 + offset * 100)).await;
+                    guard.release().await.expect("release");
+                    // Time for a renewal sent just after the release to land.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let name = lock_name(&key);
+                    let left = tokio::task::spawn_blocking(move || server.cmd(&["PTTL", &name]))
+                        .await
+                        .expect("PTTL");
+                    matches!(left, redis::Value::Int(ms) if ms > 100)
+                        .then(|| format!("{key}: {left:?} ms left"))
+                })
+            })
+            .collect();
+        for lease in leases {
+            overtaken.extend(lease.await.expect("lease task"));
+        }
+    }
+    assert!(
+        overtaken.is_empty(),
+        "{} releases with at_least were overtaken by a renewal (key reset to the full TTL): {overtaken:?}",
+        overtaken.len()
+    );
+}

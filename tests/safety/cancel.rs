@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use leasehold::LockClient;
 use redis::Value;
+use tokio::time::Instant;
 
 use crate::common::{
     channel_name, connect, debuggable, eventually, exists, lock_name, places_in_line, places_name,
@@ -392,4 +394,122 @@ async fn an_extend_dropped_in_flight_leaves_a_usable_guard() {
         .await
         .expect("release after a dropped extend");
     assert!(!exists(&server, &lock_name("dropped-extend")));
+}
+
+/// Issue 22 (suspected): a waiter whose subscription failed, dropped after
+/// a later waiter of the same client subscribed, must not unsubscribe the
+/// later one. The first waiter's release listener cannot connect (the
+/// server is at `maxclients`), so it waits without announcements; then the
+/// server accepts connections again and a second waiter subscribes; then
+/// the first is cancelled. The second must still hear the holder's release
+/// (another client's), long before the holder's lease (30 s) would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_subscription_does_not_unsubscribe_a_later_waiter() {
+    let server = RedisServer::start();
+    // Kept open: the only way in while the server refuses new clients.
+    let mut admin = server.connection().expect("admin connection");
+    let holder = connect(&server).await;
+    let waiters = LockClient::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .expect("connect the waiters' client");
+    let key = "sub-after-failure";
+    let held = holder
+        .lock(key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("holder acquires");
+
+    // No new connection: the first waiter's listener cannot start.
+    let config = |admin: &mut redis::Connection, max: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg(max)
+            .query::<()>(admin)
+            .expect("CONFIG SET maxclients");
+    };
+    let rejected = |admin: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(admin)
+            .expect("INFO stats");
+        info.lines()
+            .find_map(|l| l.strip_prefix("rejected_connections:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    config(&mut admin, "1");
+    let first = wait_in(&waiters, key, Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rejected(&mut admin) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        rejected(&mut admin) > 0,
+        "the listener never tried to connect"
+    );
+    // Let the failed start be reported to the first waiter.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    config(&mut admin, "10000");
+    assert_eq!(subscribers(&server, key), 0, "the first waiter subscribed");
+
+    let second = wait_in(&waiters, key, Duration::from_secs(20));
+    assert!(
+        eventually(Duration::from_secs(10), || subscribers(&server, key) == 1).await,
+        "the second waiter never subscribed"
+    );
+    assert!(!first.is_finished(), "the first waiter ended early");
+    first.abort();
+    assert!(first.await.is_err_and(|e| e.is_cancelled()));
+
+    // A barrier through the listener: a third waiter's subscription is
+    // acknowledged after the first waiter's leaving was handled.
+    let barrier = holder
+        .lock("barrier")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("barrier hold");
+    let third = wait_in(&waiters, "barrier", Duration::from_secs(20));
+    assert!(
+        eventually(Duration::from_secs(10), || subscribers(&server, "barrier")
+            == 1)
+        .await,
+        "the barrier waiter never subscribed"
+    );
+    let still = subscribers(&server, key);
+
+    held.release().await.expect("holder releases");
+    let got = tokio::time::timeout(Duration::from_secs(10), second).await;
+    assert_eq!(
+        still, 1,
+        "the cancelled first waiter unsubscribed the second waiter's channel"
+    );
+    let guard = got
+        .expect("the second waiter was not woken by the release")
+        .expect("second waiter task")
+        .expect("the second waiter gets the lock");
+    guard.release().await.expect("second waiter releases");
+    barrier.release().await.expect("barrier release");
+    let _ = third.await;
+}
+
+/// A task waiting up to `wait` for `key` on `client` (30 s lease).
+fn wait_in(
+    client: &LockClient,
+    key: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<leasehold::LockGuard, leasehold::LockError>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        client
+            .lock(key)
+            .ttl(Duration::from_secs(30))
+            .wait(wait)
+            .acquire()
+            .await
+    })
 }

@@ -355,3 +355,115 @@ mod with_the_attribute {
         assert_eq!((ran, busy), (1, 1), "{outcomes:?}");
     }
 }
+
+/// Issue 22, item 5: a release returns once a majority confirmed it; the
+/// nodes that did not answer are released in the background, tried again
+/// until they answer or the lease runs out. Five masters: one stalled
+/// (SIGSTOP), one behind a proxy that resets every connection while the
+/// release is sent. The release must not wait for the stalled node's
+/// timeout (2 s), and once both come back their copies are deleted, long
+/// before the lease (30 s) would have removed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_returns_at_a_majority_and_finishes_the_rest_in_the_background() {
+    use crate::support::{FaultProxy, ProxyMode};
+
+    let nodes = masters(5);
+    let proxy = FaultProxy::start(nodes[4].port());
+    let mut urls = urls(&nodes[..4]);
+    urls.push(proxy.url());
+    let client = LockClient::connect_redlock(urls)
+        .await
+        .expect("connect to the masters");
+    let guard = client
+        .lock("half-down")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire on five masters");
+    assert!(
+        nodes.iter().all(|n| has_lock(n, "half-down")),
+        "every master should hold the lock before the fault"
+    );
+
+    nodes[3].pause();
+    proxy.set_mode(ProxyMode::Reset);
+    let started = Instant::now();
+    let released = guard.release().await;
+    let took = started.elapsed();
+    released.expect("a majority confirmed the release");
+    assert!(
+        took < Duration::from_secs(1),
+        "the release waited {took:?} for the nodes that did not answer \
+         (their timeout is 2 s)"
+    );
+    assert!(
+        nodes[..3].iter().all(|n| !has_lock(n, "half-down")),
+        "the answering majority still holds the lock"
+    );
+
+    // Both come back: the background release reaches them.
+    nodes[3].resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let until = Instant::now() + Duration::from_secs(10);
+    while nodes[3..].iter().any(|n| has_lock(n, "half-down")) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !has_lock(&nodes[3], "half-down"),
+        "the stalled master still holds the lock after it came back"
+    );
+    assert!(
+        !has_lock(&nodes[4], "half-down"),
+        "the master behind the resetting proxy still holds the lock: \
+         the release was not tried again once it could be reached"
+    );
+}
+
+/// Issue 22 (suspected): fencing with client clocks that disagree and one
+/// master restarted empty. Three masters A, B, C. An earlier holder whose
+/// clock runs far ahead (here: the counters such a client leaves behind,
+/// written straight to A and B) takes the lock on A and B while C stalls;
+/// C comes back within that lease. Then A restarts without persistence and
+/// B stalls: a later holder gets its majority from A and C, neither of
+/// which learned the earlier token, and a client clock behind it. Its
+/// token must still be higher: the nodes that did not grant are levelled
+/// to the token too once they answer (within the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_survives_disagreeing_clocks_and_a_restarted_master() {
+    let mut nodes = masters(3);
+    let early = client(&nodes).await;
+    for node in &nodes[..2] {
+        node.cmd(&["SET", "leasehold:{skew}:fence", "8000000000000000"]);
+    }
+    nodes[2].pause();
+    let first = early
+        .lock("skew")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("a majority (A, B) grants");
+    let earlier = first.fencing_token();
+    assert!(earlier > 8_000_000_000_000_000, "{earlier}");
+    nodes[2].resume();
+    // C answers again within the earlier lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.release().await.expect("release");
+
+    nodes[0].restart();
+    nodes[1].pause();
+    let late = client(&nodes).await;
+    let second = late
+        .lock("skew")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a majority (A, C) grants");
+    let later = second.fencing_token();
+    nodes[1].resume();
+    assert!(
+        later > earlier,
+        "the later holder's token {later} is not above the earlier holder's {earlier}"
+    );
+    second.release().await.expect("release");
+}

@@ -5,7 +5,7 @@
 //! wake-ups in the client's [`Wakeups`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::{PushKind, RedisResult};
 use tokio::sync::{OnceCell, mpsc, oneshot};
@@ -38,6 +38,10 @@ impl PubSubConnection for redis::aio::ConnectionManager {
 pub(crate) struct Listener {
     pub(crate) wakeups: Arc<Wakeups>,
     task: OnceCell<Running>,
+    /// Per channel, how many `listen` calls ended (failed or dropped)
+    /// before their subscription was asked of the task: their `unlisten`
+    /// must not take away a subscription that another waiter asked for.
+    owed: Mutex<HashMap<String, usize>>,
 }
 
 impl Listener {
@@ -45,32 +49,63 @@ impl Listener {
         Listener {
             wakeups,
             task: OnceCell::new(),
+            owed: Mutex::default(),
         }
+    }
+
+    fn owed(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Every update is one map operation: a panic cannot tear it.
+        self.owed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Resolves once releases of `channel` reach the wake-ups, starting the
     /// task with `start` if this is the first wait of the client.
     ///
-    /// Cancel safety: the subscription is requested before the first await
-    /// that can follow the start, so a caller dropped while waiting for the
-    /// acknowledgement must still call [`unlisten`](Self::unlisten) (the
-    /// waiter does, from `Drop`).
+    /// Every call is matched by one [`unlisten`](Self::unlisten) (the
+    /// waiter calls it from `Drop`), whatever its outcome. A call that ends
+    /// before the subscription is asked of the task (the task could not
+    /// start, or the caller was dropped while it started) leaves its
+    /// `unlisten` owed nothing: that one then does not count against the
+    /// channel's other waiters. Once asked, the subscription is counted
+    /// even if the caller is dropped before the acknowledgement, or the
+    /// `SUBSCRIBE` fails.
     pub(crate) async fn listen<F, Fut>(&self, channel: &str, start: F) -> Result<(), LockError>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<Running, LockError>>,
     {
-        self.task
-            .get_or_try_init(start)
-            .await?
-            .listen(channel)
-            .await
+        *self.owed().entry(channel.to_owned()).or_insert(0) += 1;
+        let running = self.task.get_or_try_init(start).await?;
+        if !self.settle(channel) {
+            // A waiter of this channel left while the task started and
+            // took our owed `unlisten` for its own, keeping its count:
+            // give that back first.
+            running.unlisten(channel);
+        }
+        // Asked on the first poll, with no await since `settle`.
+        running.listen(channel).await
     }
 
     pub(crate) fn unlisten(&self, channel: &str) {
+        if self.settle(channel) {
+            return;
+        }
         if let Some(task) = self.task.get() {
             task.unlisten(channel);
         }
+    }
+
+    /// Take back one owed `unlisten` of `channel`, if there is one.
+    fn settle(&self, channel: &str) -> bool {
+        let mut owed = self.owed();
+        let Some(count) = owed.get_mut(channel) else {
+            return false;
+        };
+        *count -= 1;
+        if *count == 0 {
+            owed.remove(channel);
+        }
+        true
     }
 }
 
@@ -128,7 +163,17 @@ struct Task<C> {
     conn: C,
     server: String,
     wakeups: Arc<Wakeups>,
-    refs: HashMap<String, usize>,
+    refs: HashMap<String, Channel>,
+}
+
+/// One release channel with waiters.
+#[derive(Default)]
+struct Channel {
+    /// Subscriptions asked and not yet given back.
+    waiters: usize,
+    /// The `SUBSCRIBE` went through (a failed one is tried again for the
+    /// next waiter).
+    subscribed: bool,
 }
 
 impl<C: PubSubConnection> Task<C> {
@@ -152,27 +197,30 @@ impl<C: PubSubConnection> Task<C> {
     async fn apply(&mut self, op: Op) {
         match op {
             Op::Subscribe(channel, ack) => {
-                let count = self.refs.entry(channel.clone()).or_insert(0);
-                *count += 1;
-                let result = if *count == 1 {
+                // Counted whatever the outcome: its waiter's unsubscribe
+                // comes in any case, and must not take away another's.
+                let entry = self.refs.entry(channel.clone()).or_default();
+                entry.waiters += 1;
+                let result = if entry.subscribed {
+                    Ok(())
+                } else {
                     let result = self.conn.subscribe(&channel).await;
-                    if result.is_err() {
-                        self.refs.remove(&channel);
+                    if let Some(entry) = self.refs.get_mut(&channel) {
+                        entry.subscribed = result.is_ok();
                     }
                     result.map_err(|e| backend_error(&self.server, e))
-                } else {
-                    Ok(())
                 };
                 let _ = ack.send(result);
             }
             Op::Unsubscribe(channel) => {
-                let Some(count) = self.refs.get_mut(&channel) else {
+                let Some(entry) = self.refs.get_mut(&channel) else {
                     return;
                 };
-                *count -= 1;
-                if *count == 0 {
+                entry.waiters = entry.waiters.saturating_sub(1);
+                if entry.waiters == 0 {
+                    let subscribed = entry.subscribed;
                     self.refs.remove(&channel);
-                    if let Err(e) = self.conn.unsubscribe(&channel).await {
+                    if subscribed && let Err(e) = self.conn.unsubscribe(&channel).await {
                         tracing::debug!(channel, error = %e, "leasehold: unsubscribe failed");
                     }
                 }

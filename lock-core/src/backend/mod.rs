@@ -282,6 +282,22 @@ pub(crate) fn key_of_lock_name<'a>(prefix: &str, name: &'a str) -> Option<&'a st
     (!key.contains('}')).then_some(key)
 }
 
+/// One lock found by `list`: a key that matches but is not a leasehold
+/// lock (a value of another type, a string that is no owner token, a stray
+/// fence or line key) is left out, and logged, instead of failing the whole
+/// listing; `inspect` of that key reports it (`WrongType`).
+pub(crate) fn listed(
+    found: Result<Option<Inspected>, LockError>,
+) -> Result<Option<Inspected>, LockError> {
+    match found {
+        Err(LockError::WrongType { key, redis_key }) => {
+            tracing::warn!(%key, %redis_key, "leasehold: list skips a key that is not a leasehold lock");
+            Ok(None)
+        }
+        other => other,
+    }
+}
+
 /// A server that may have lost data: the leases held there must be checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ServerChange {

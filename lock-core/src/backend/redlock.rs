@@ -10,7 +10,9 @@
 //!   did not answer) before returning.
 //! - Release, extend and renewal need a majority too: a renewal that reaches
 //!   only a minority is treated as failed, and the lease is lost when its
-//!   validity ends.
+//!   validity ends. A release returns as soon as a majority decided it; the
+//!   nodes that have not answered are released in the background, tried
+//!   again until they answer or the lease runs out.
 //!
 //! # Fencing tokens
 //!
@@ -21,12 +23,23 @@
 //! counter among the granting nodes, and if they disagree the ones below it
 //! are raised to it (owner-checked) before the lock is returned, on a
 //! majority, or the acquisition fails. Since any two majorities share a node,
-//! every later holder then increments a counter already at least this high:
-//! tokens strictly increase for successive holders **as long as no node loses
-//! its data** (a master restarted without persistence forgets its counter and
-//! its locks alike; Redlock's own advice of delaying such restarts by one TTL
-//! keeps locks safe but not counters). This is the answer to Kleppmann's
-//! objection that Redlock has no fencing: it has, under that stated assumption.
+//! every later holder then increments a counter already at least this high.
+//! Then, in the background, the nodes that did not grant (refused, failed,
+//! or answered after the vote with a lower counter) are raised to the token
+//! too, each tried until it answers or the lease ends: so a node of the
+//! granting majority that loses its data (a master restarted without
+//! persistence forgets its counter and its locks alike) does not let a later
+//! majority made of it and non-granting nodes start below the token.
+//!
+//! Tokens strictly increase for successive holders of a key **unless all
+//! three of these happen**: (1) every node of the later holder's majority
+//! either lost its data since the earlier acquisition or never answered
+//! during the earlier lease (so was not levelled); (2) that is at least one
+//! lost node, as any two majorities share a node; and (3) the later
+//! client's clock (the floor) is behind the earlier token, i.e. client
+//! clocks disagree by more than the time between the two acquisitions.
+//! This is the answer to Kleppmann's objection that Redlock has no fencing:
+//! it has, under that stated assumption.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +52,7 @@ use tokio::time::Instant;
 use super::connect::ConnectOptions;
 use super::redis::gate::GatePolicy;
 use super::redis::server::{Server, ServerBackend};
-use super::scripts;
+use super::scripts::{self, Raise};
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
@@ -50,6 +63,10 @@ use crate::error::LockError;
 /// How long an attempt whose outcome is settled still listens for the
 /// nodes that have not answered yet.
 const SETTLE_GRACE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two tries of a master that did not answer (a
+/// release or a fence levelled in the background).
+const MAX_RETRY_DELAY: Duration = Duration::from_millis(250);
 
 pub(crate) struct RedlockBackend {
     nodes: Arc<[ServerBackend]>,
@@ -213,6 +230,14 @@ impl RedlockBackend {
             .on_all(self.response_timeout, |node| node.inspect_script(keys))
             .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
+        // Masters with a value leasehold did not write at the lock's names.
+        let foreign: Vec<&LockError> = replies
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .filter(|e| matches!(e, LockError::WrongType { .. }))
+            .collect();
+        let wrong_type = foreign.first().map(|&e| e.clone());
+        let foreign = foreign.len();
         let seen: Vec<Inspected> = replies
             .into_iter()
             .filter_map(|r| r.ok().flatten())
@@ -233,7 +258,12 @@ impl RedlockBackend {
             }
         }
         if answered < self.quorum {
-            return Err(self.quorum_error(keys, answered, None));
+            // Masters that answered with a foreign value at the lock's
+            // names did answer: with a majority of answers, say what is
+            // there rather than that the majority was missed.
+            return Err(wrong_type
+                .filter(|_| answered + foreign >= self.quorum)
+                .unwrap_or_else(|| self.quorum_error(keys, answered, None)));
         }
         Ok(None)
     }
@@ -263,7 +293,7 @@ impl RedlockBackend {
                 .map(|node| {
                     tokio::time::timeout(timeout, async move {
                         let mut con = node.connection();
-                        scripts::raise_fence(&mut con, keys, token, fence, ttl).await
+                        scripts::raise_fence(&mut con, keys, token, fence, ttl, Raise::IfOurs).await
                     })
                 }),
         )
@@ -273,6 +303,86 @@ impl RedlockBackend {
         .count();
         level + raised >= self.quorum
     }
+}
+
+impl RedlockBackend {
+    /// After a won vote, in the background: raise the counter of every
+    /// node that did not grant (it refused, failed, or answers only now) up
+    /// to the token, trying each until it answers or the lease ends. The
+    /// granting majority carries the token already; this is for the case
+    /// where one of its nodes loses its data (a restart without
+    /// persistence): a later majority made of that node and nodes that
+    /// did not grant must still issue a higher token, also to a client
+    /// whose clock is behind this one's. A late node that grants the same
+    /// token (clocks in step, the usual case) is sent nothing.
+    fn level(
+        &self,
+        lock: Owner,
+        fence: u64,
+        ttl: Duration,
+        until: Instant,
+        refusing: Vec<usize>,
+        mut late: FuturesUnordered<BoxFuture<'static, (usize, NodeReply<Acquired>)>>,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let nodes = self.nodes.clone();
+        let per_try = self.response_timeout;
+        runtime.spawn(async move {
+            let raise = |index: usize| {
+                let (nodes, lock) = (nodes.clone(), lock.clone());
+                async move {
+                    let Some(node) = nodes.get(index) else {
+                        return;
+                    };
+                    let raised = until_answered(node.server(), until, per_try, || async {
+                        let mut con = node.connection();
+                        scripts::raise_fence(&mut con, &lock.keys, &lock.token, fence, ttl, Raise::Always)
+                            .await
+                            .map_err(|e| e.into_lock_error(node.server(), &lock.keys))
+                    })
+                    .await;
+                    if let Err(error) = raised {
+                        tracing::debug!(key = %lock.keys.key, %error, "leasehold: redlock master's fence not levelled");
+                    }
+                }
+            };
+            let mut raises: FuturesUnordered<_> = refusing.into_iter().map(&raise).collect();
+            loop {
+                tokio::select! {
+                    Some((index, reply)) = late.next() => {
+                        if !matches!(reply, Ok(Acquired::Yes { fence: f }) if f >= fence) {
+                            raises.push(raise(index));
+                        }
+                    }
+                    Some(()) = raises.next() => {}
+                    else => return,
+                }
+            }
+        });
+    }
+}
+
+/// A lock's names and the caller's token, owned (for work that goes on in
+/// the background).
+#[derive(Clone)]
+struct Owner {
+    keys: Arc<LockKeys>,
+    token: Arc<str>,
+}
+
+impl Owner {
+    fn new(keys: &LockKeys, token: &str) -> Owner {
+        Owner {
+            keys: Arc::new(keys.clone()),
+            token: Arc::from(token),
+        }
+    }
+}
+
+fn no_such_node() -> LockError {
+    LockError::invalid("node", "no such Redlock master")
 }
 
 impl Backend for RedlockBackend {
@@ -285,40 +395,49 @@ impl Backend for RedlockBackend {
             // counters are below it (clocks in step) issue the same token,
             // and no raise is needed.
             let fence_floor = Some(clock_micros());
-            let mut pending: FuturesUnordered<_> = self
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(index, node)| async move {
-                    // No line across masters: each would keep its own
-                    // order. A node whose gate is closed (restarted
-                    // recently) answers busy: it gives no vote.
-                    let asked = tokio::time::timeout(
-                        timeout,
-                        node.acquire(Attempt {
-                            keys,
-                            token,
-                            ttl,
-                            in_line: false,
-                            fence_floor,
-                        }),
-                    );
-                    let reply = match asked.await {
-                        Ok(reply) => reply,
-                        Err(_) => Err(LockError::backend(
-                            node.server(),
-                            format!("no answer within {timeout:?}"),
-                        )),
-                    };
-                    (index, reply)
-                })
-                .collect();
+            // Owned by each node's future: the answers that come after the
+            // vote is won are still read, in the background (`level`).
+            let lock = Owner::new(keys, token);
+            let mut pending: FuturesUnordered<BoxFuture<'static, (usize, NodeReply<Acquired>)>> =
+                (0..self.nodes.len())
+                    .map(|index| {
+                        let (nodes, lock) = (self.nodes.clone(), lock.clone());
+                        Box::pin(async move {
+                            let Some(node) = nodes.get(index) else {
+                                return (index, Err(no_such_node()));
+                            };
+                            // No line across masters: each would keep its
+                            // own order. A node whose gate is closed
+                            // (restarted recently) answers busy: it gives
+                            // no vote.
+                            let asked = tokio::time::timeout(
+                                timeout,
+                                node.acquire(Attempt {
+                                    keys: &lock.keys,
+                                    token: &lock.token,
+                                    ttl,
+                                    in_line: false,
+                                    fence_floor,
+                                }),
+                            );
+                            let reply = match asked.await {
+                                Ok(reply) => reply,
+                                Err(_) => Err(LockError::backend(
+                                    node.server(),
+                                    format!("no answer within {timeout:?}"),
+                                )),
+                            };
+                            (index, reply)
+                        }) as BoxFuture<'static, _>
+                    })
+                    .collect();
 
             let mut fences = Vec::new();
             let mut granting = Vec::new();
             let mut busy_for = None::<Duration>;
             let mut failed = 0;
             let mut wrong = None;
+            let mut refusing = Vec::new();
             let nodes = self.nodes.len();
             // Stop listening as soon as the outcome is settled: a majority
             // granted, or so many refused that no majority is possible. A
@@ -332,9 +451,13 @@ impl Backend for RedlockBackend {
                     Ok(Acquired::Busy { expires_in }) => {
                         let left = expires_in.unwrap_or(ttl);
                         busy_for = Some(busy_for.map_or(left, |b| b.min(left)));
+                        refusing.push(index);
                     }
                     Err(e @ LockError::WrongType { .. }) => wrong = Some(e),
-                    Err(_) => failed += 1,
+                    Err(_) => {
+                        failed += 1;
+                        refusing.push(index);
+                    }
                 }
                 let refused = nodes - fences.len() - pending.len();
                 if fences.len() >= self.quorum || refused > nodes - self.quorum {
@@ -359,7 +482,6 @@ impl Backend for RedlockBackend {
                 }
             })
             .await;
-            drop(pending);
             let granted = fences.len();
             let drift = self.drift(ttl);
             let validity = ttl.checked_sub(started.elapsed() + drift);
@@ -372,9 +494,11 @@ impl Backend for RedlockBackend {
                     .zip(fences.iter().copied())
                     .collect();
                 if self.raise_fence(keys, token, fence, ttl, &granted).await {
+                    self.level(lock, fence, ttl, started + ttl, refusing, pending);
                     return Ok(Acquired::Yes { fence });
                 }
             }
+            drop(pending);
 
             self.undo(keys, token, ttl, &granting).await;
             if let Some(e) = wrong {
@@ -413,18 +537,61 @@ impl Backend for RedlockBackend {
     fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = giving.parts();
         Box::pin(async move {
-            let replies = self
-                .on_all(self.response_timeout, |node| async move {
-                    node.release_script(keys, token, keep, deadline, scripts::Announce::Always)
-                        .await
-                        .map(|r| r.owned)
+            // Each node is released by a task of its own, which goes on
+            // after this returns (or is dropped): the nodes that do not
+            // answer in time keep being tried until they do or the lease
+            // runs out, while the caller has its answer from the majority.
+            let lock = Owner::new(keys, token);
+            let runtime = tokio::runtime::Handle::try_current().ok();
+            let mut pending: FuturesUnordered<_> = (0..self.nodes.len())
+                .map(|index| {
+                    let release = release_on_node(
+                        self.nodes.clone(),
+                        index,
+                        lock.clone(),
+                        keep,
+                        deadline,
+                        self.response_timeout,
+                    );
+                    let node = self.nodes.get(index).map_or("", |n| n.server()).to_owned();
+                    let joined: BoxFuture<'static, NodeReply<Owned>> = match &runtime {
+                        Some(runtime) => {
+                            let task = runtime.spawn(release);
+                            Box::pin(async move {
+                                task.await.unwrap_or_else(|error| {
+                                    Err(LockError::backend(
+                                        &node,
+                                        format!("release task ended: {error}"),
+                                    ))
+                                })
+                            })
+                        }
+                        // No runtime to leave work to: wait for it here.
+                        None => Box::pin(release),
+                    };
+                    async move { (index, joined.await) }
                 })
-                .await;
-            let reached = replies
+                .collect();
+            // The caller's answer: as soon as a majority decides it, or what
+            // the nodes said within the response timeout.
+            let until = Instant::now() + self.response_timeout;
+            let mut answers = vec![None; self.nodes.len()];
+            let mut outcome = None;
+            while let Ok(Some((index, reply))) =
+                tokio::time::timeout_at(until, pending.next()).await
+            {
+                if let Some(answer) = answers.get_mut(index) {
+                    *answer = reply.ok();
+                }
+                outcome = self.decide(answers.iter().copied());
+                if outcome.is_some() {
+                    break;
+                }
+            }
+            let reached = answers
                 .iter()
-                .filter(|r| matches!(r, Ok(Owned::Yes)))
+                .filter(|a| matches!(a, Some(Owned::Yes)))
                 .count();
-            let outcome = self.decide(replies.into_iter().map(Result::ok));
             if outcome == Some(Owned::Yes) {
                 self.wakeups
                     .announce(&keys.channel, Announcement::Free(token));
@@ -535,7 +702,8 @@ impl Backend for RedlockBackend {
             keys.dedup();
             let mut found = Vec::new();
             for key in keys {
-                if let Some(info) = self.inspect_majority(&LockKeys::new(prefix, &key)).await? {
+                let inspected = self.inspect_majority(&LockKeys::new(prefix, &key)).await;
+                if let Some(info) = super::listed(inspected)? {
                     found.push(info);
                 }
             }
@@ -582,6 +750,63 @@ impl Backend for RedlockBackend {
     fn describe(&self) -> String {
         let nodes: Vec<&str> = self.nodes.iter().map(|n| n.server()).collect();
         format!("redlock[{}]", nodes.join(", "))
+    }
+}
+
+/// Release the lock on one node, trying again while it cannot be reached,
+/// until `deadline` (the lease's validity: after it the node's copy expires
+/// by itself).
+async fn release_on_node(
+    nodes: Arc<[ServerBackend]>,
+    index: usize,
+    lock: Owner,
+    keep: Duration,
+    deadline: Instant,
+    per_try: Duration,
+) -> NodeReply<Owned> {
+    let Some(node) = nodes.get(index) else {
+        return Err(no_such_node());
+    };
+    until_answered(node.server(), deadline, per_try, || async {
+        node.release_script(
+            &lock.keys,
+            &lock.token,
+            keep,
+            deadline,
+            scripts::Announce::Always,
+        )
+        .await
+        .map(|released| released.owned)
+    })
+    .await
+}
+
+/// `op` on the node `server`, each try bounded by `per_try`, tried again
+/// (with a growing pause) while the node cannot be reached, until
+/// `deadline`. Returns its answer, or the last error.
+async fn until_answered<T, F, Fut>(
+    server: &str,
+    deadline: Instant,
+    per_try: Duration,
+    op: F,
+) -> NodeReply<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = NodeReply<T>>,
+{
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let error = match tokio::time::timeout(per_try, op()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(error)) if !error.is_unavailable() => return Err(error),
+            Ok(Err(error)) => error,
+            Err(_) => LockError::backend(server, format!("no answer within {per_try:?}")),
+        };
+        if Instant::now() + delay >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RETRY_DELAY);
     }
 }
 

@@ -518,8 +518,12 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 .buffered(LIST_CONCURRENCY)
                 .collect()
                 .await;
-            // A lock released between the scan and its inspection is left out.
-            found.into_iter().filter_map(Result::transpose).collect()
+            // A lock released between the scan and its inspection is left
+            // out, and so is a key that is not a leasehold lock.
+            found
+                .into_iter()
+                .filter_map(|found| super::listed(found).transpose())
+                .collect()
         })
     }
 

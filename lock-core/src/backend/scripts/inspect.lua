@@ -12,12 +12,20 @@
 --                                     (0: none), `n` waiters whose places
 --                                     are still kept
 --         {-1, i}                     KEYS[i] holds a value of another type
+--                                     (KEYS[1]: also a string that is not
+--                                     an owner token, written by something
+--                                     else: no holder to show)
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
   return {-1, 1}
 end
 if not holder then
   return {}
+end
+-- An owner token: 32 hex digits, ':', the client's name (token.rs).
+holder = unmarked(holder)
+if not string.find(holder, '^' .. string.rep('%x', 32) .. ':') then
+  return {-1, 1}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 
@@ -44,4 +52,4 @@ if #line > 0 then
     end
   end
 end
-return {unmarked(holder), pttl, unmarked(fence) or '0', waiters}
+return {holder, pttl, unmarked(fence) or '0', waiters}

@@ -29,7 +29,7 @@ pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
-pub(crate) use raise_fence::raise_fence;
+pub(crate) use raise_fence::{Raise, raise_fence};
 pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, release};
 pub(crate) use renew::renew;
