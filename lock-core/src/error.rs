@@ -270,9 +270,8 @@ impl LockError {
     /// `true` when the setup is wrong and retrying cannot help: a wrong
     /// password or user, `NOAUTH`, an unknown database, a missing ACL
     /// permission, an untrusted server certificate or a missing client
-    /// certificate ([`LockError::Misconfigured`]), and a server refused for
-    /// its `maxmemory-policy` (an [`LockError::InvalidArgument`] named
-    /// `server`). An HTTP service answers 500 and someone fixes the setup.
+    /// certificate, a server refused for its `maxmemory-policy`
+    /// ([`LockError::Misconfigured`]). An HTTP service answers 500 and someone fixes the setup.
     ///
     /// ```
     /// use leasehold_core::LockError;
@@ -286,10 +285,7 @@ impl LockError {
     /// assert!(!err.is_unavailable());
     /// ```
     pub fn is_misconfigured(&self) -> bool {
-        matches!(
-            self,
-            LockError::Misconfigured { .. } | LockError::InvalidArgument { name: "server", .. }
-        )
+        matches!(self, LockError::Misconfigured { .. })
     }
 
     /// The lock's key, when the error concerns one lock.

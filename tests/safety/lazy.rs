@@ -95,7 +95,7 @@ async fn a_lazy_client_checks_the_eviction_policy_when_the_server_answers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(
-        matches!(&error, LockError::InvalidArgument { .. })
+        matches!(&error, LockError::Misconfigured { .. })
             && error.to_string().contains("allkeys-lru"),
         "{error:?}"
     );
@@ -115,4 +115,36 @@ async fn a_lazy_connect_still_checks_the_url() {
         "{error:?}"
     );
     assert!(!format!("{error} {error:?}").contains(":pw@"), "{error:?}");
+}
+
+/// A wrong password is found when the server first answers: from then on
+/// every call says so (misconfigured), not "unavailable".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_client_reports_a_wrong_password_once_the_server_answers() {
+    let server = RedisServer::start_with(&["--requirepass", "right-s3cret"]);
+    let url = format!("redis://:wrong-s3cret@127.0.0.1:{}", server.port());
+    let client = LockClient::builder()
+        .lazy(true)
+        .connect(&url)
+        .await
+        .expect("lazy connect");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        let error = client
+            .lock("job")
+            .try_acquire()
+            .await
+            .map(|g| g.map(|g| g.fencing_token()))
+            .expect_err("a wrong password grants nothing");
+        if !error.is_unavailable() {
+            break error;
+        }
+        assert!(Instant::now() < deadline, "still {error:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(error.is_misconfigured(), "{error:?}");
+    assert!(
+        !format!("{error} {error:?}").contains("wrong-s3cret"),
+        "{error:?}"
+    );
 }

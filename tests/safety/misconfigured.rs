@@ -121,3 +121,24 @@ async fn a_server_that_is_down_is_unavailable_not_misconfigured() {
     assert!(err.is_unavailable(), "{err:?}");
     assert!(!err.is_misconfigured(), "{err:?}");
 }
+
+/// Redlock masters that refuse the password: the setup mistake, not a
+/// quorum failure (which reads like an outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_masters_refusing_the_password_are_a_misconfiguration() {
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--requirepass", PASSWORD]))
+        .collect();
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("redis://:{PASSWORD}-wrong@127.0.0.1:{}", n.port()))
+        .collect();
+    let err = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_redlock(&urls)
+        .await
+        .map(|_| ())
+        .expect_err("every master refuses the password");
+    let text = assert_misconfigured("redlock, wrong password", &err);
+    assert!(text.contains("WRONGPASS"), "{text}");
+}

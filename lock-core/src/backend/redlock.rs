@@ -111,7 +111,7 @@ impl RedlockBackend {
         if let Some(refused) = pings.iter().find_map(|r| {
             r.as_ref()
                 .err()
-                .filter(|e| matches!(e, LockError::InvalidArgument { .. }))
+                .filter(|e| matches!(e, LockError::InvalidArgument { .. }) || e.is_misconfigured())
         }) {
             return Err(refused.clone());
         }

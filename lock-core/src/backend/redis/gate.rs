@@ -328,14 +328,18 @@ impl Gate {
                     tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
                 }
             } else {
-                let error = LockError::invalid(
-                    "server",
+                let what = if policy.starts_with("allkeys-") {
+                    "evicts any key, lock keys included"
+                } else {
+                    "evicts keys that have a TTL, and every lock key has one"
+                };
+                let error = LockError::misconfigured(
+                    &self.server,
                     format!(
-                        "{} has maxmemory-policy `{policy}`, which can evict lock keys and grant a lock twice \
-                         (every `allkeys-*` and `volatile-*` policy can: lock keys all have a TTL); \
-                         set `maxmemory-policy noeviction`, or accept the risk with \
-                         LockClientBuilder::allow_eviction(true)",
-                        self.server
+                        "the server has maxmemory-policy `{policy}`, which {what} under memory \
+                         pressure, so a lock can be granted twice; set `maxmemory-policy noeviction` \
+                         on this server (the only policy that never evicts a lock key), or accept \
+                         the risk with LockClientBuilder::allow_eviction(true)"
                     ),
                 );
                 if first {
