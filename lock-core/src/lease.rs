@@ -401,11 +401,9 @@ impl Renewable for Lease {
         let ttl = if self.settings.renew && !self.past_max_hold(now) {
             self.settings.ttl
         } else if audit {
-            // Checked only: set the expiry to what it is already (at most).
-            status
-                .valid_until
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
+            // Checked only: the key keeps its expiry (setting it to the
+            // validity left would take the drift allowance off the lease).
+            Duration::ZERO
         } else {
             return None;
         };
@@ -449,8 +447,9 @@ impl Renewable for Lease {
     }
 
     fn renewed(&self, sent_at: Instant, renewal: &Renewal) {
-        // A lease without `renew` was only checked: its deadline stays.
-        if self.settings.renew {
+        // A lease without `renew` (or past its max_hold) was only checked:
+        // its deadline stays.
+        if self.settings.renew && !renewal.ttl.is_zero() {
             self.set_validity(sent_at, renewal.ttl);
         }
     }

@@ -367,12 +367,36 @@ async fn run(watchdog: Arc<Watchdog>) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
+    // A server change whose check of every lease has not gone through yet.
+    let mut audit = None::<ServerChange>;
     loop {
+        if let Some(change) = audit {
+            // The server may have lost data: check every lease now, and
+            // again shortly if the check fails (until it goes through).
+            let all = watchdog.all();
+            if watchdog
+                .renew(&all, Instant::now(), Some(change.cause))
+                .await
+            {
+                watchdog
+                    .audited
+                    .fetch_max(change.generation, Ordering::AcqRel);
+                audit = None;
+            }
+        }
         let now = Instant::now();
         let due = match watchdog.next(now) {
             Next::Stop => return,
             Next::Renew(due) => due,
             Next::Sleep(until) => {
+                // A check that failed is tried again shortly.
+                let until = match audit {
+                    Some(_) => {
+                        let retry = now + MAX_RENEWAL_RETRY_DELAY;
+                        Some(until.map_or(retry, |until| until.min(retry)))
+                    }
+                    None => until,
+                };
                 let sleep = async {
                     match until {
                         Some(until) => tokio::time::sleep_until(until).await,
@@ -383,15 +407,11 @@ async fn run(watchdog: Arc<Watchdog>) {
                     () = sleep => {}
                     () = watchdog.wake.notified() => {}
                     change = changed(&mut changes) => {
-                        // The server may have lost data: check every lease now.
-                        let all = watchdog.all();
-                        if watchdog.renew(&all, Instant::now(), Some(change.cause)).await {
-                            watchdog.audited.fetch_max(change.generation, Ordering::AcqRel);
-                        }
-                        // Handled: a later task does not check again.
+                        // Handled here: a later task does not check again.
                         changes.clone_into(
                             &mut watchdog.changes.lock().unwrap_or_else(PoisonError::into_inner),
                         );
+                        audit = Some(change);
                     }
                 }
                 continue;

@@ -456,3 +456,73 @@ async fn a_lock_that_survived_a_restart_is_free_at_its_release() {
         "{again:?}"
     );
 }
+
+/// Issue 22 (suspected, confirmed): the check of held leases after a
+/// restart failed once (here: the server refused scripts for a moment) and
+/// was never tried again, so a lease without `renew` that the restart lost
+/// was believed until its validity ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_after_a_restart_is_tried_again() {
+    let mut server = RedisServer::start();
+    let client = connect(&server).await;
+    let ttl = Duration::from_secs(20);
+    let guard = client
+        .lock("checked")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+
+    server.restart();
+    // The restarted server answers INFO (the client sees the restart) but
+    // refuses scripts: the check of the held leases fails.
+    server.cmd(&["ACL", "SETUSER", "default", "-evalsha", "-eval"]);
+    touch(&client).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(guard.is_held(), "the check could not run yet");
+    server.cmd(&["ACL", "SETUSER", "default", "+@all"]);
+    let told = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+    assert!(
+        told.is_ok(),
+        "the lease lost in the restart is still believed 5 s after the check could run (its lease: {ttl:?})"
+    );
+    assert_eq!(guard.lost_cause(), Some(LostCause::Restarted));
+}
+
+/// Issue 22 (suspected, confirmed): the check of a lease without `renew`
+/// after a restart set its key's expiry to the guard's validity, which is
+/// the lease minus the drift allowance: the key then expired before its
+/// lease did on the server's clock, and the allowance was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_after_a_restart_does_not_shorten_a_lease() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = connect(&server).await;
+    let ttl = Duration::from_secs(20);
+    let guard = client
+        .lock("kept-short")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    server.restart();
+    let pttl = |server: &RedisServer| match server.cmd(&["PTTL", &lock_name("kept-short")]) {
+        redis::Value::Int(ms) => ms,
+        other => panic!("PTTL: {other:?}"),
+    };
+    let before = pttl(&server);
+    let measured = Instant::now();
+    touch(&client).await;
+    // The check ran (the restart was seen and the lease confirmed).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = pttl(&server);
+    let elapsed = i64::try_from(measured.elapsed().as_millis()).unwrap_or(i64::MAX);
+    assert!(guard.is_held());
+    // ttl/100 + 2 ms = 202 ms of allowance: the key may lose the time that
+    // passed, not the allowance too.
+    let lost = before - after;
+    assert!(
+        lost < elapsed + 100,
+        "the check cut the key's expiry by {lost} ms in {elapsed} ms (before {before}, after {after})"
+    );
+    guard.release().await.expect("release");
+}

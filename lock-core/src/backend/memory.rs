@@ -238,7 +238,10 @@ impl MemoryBackend {
             .iter()
             .map(|item| match table.live(&item.keys.lock, now) {
                 Some(entry) if entry.token == *item.token => {
-                    entry.expires_at = now + item.ttl;
+                    // Zero: a check only.
+                    if !item.ttl.is_zero() {
+                        entry.expires_at = now + item.ttl;
+                    }
                     Owned::Yes
                 }
                 _ => match table.forced.get(&item.keys.lock) {

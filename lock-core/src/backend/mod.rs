@@ -224,6 +224,9 @@ pub(crate) struct Renewal {
     pub(crate) lease_id: u64,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Arc<str>,
+    /// The new lease, counted from now; zero: only check that the lease is
+    /// still ours, leaving its expiry as it is (an audit of a lease without
+    /// renewal).
     pub(crate) ttl: Duration,
 }
 

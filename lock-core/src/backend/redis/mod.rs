@@ -498,7 +498,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
             for (renewal, _) in batch.iter().zip(&owned).filter(|(_, o)| **o == Owned::Yes) {
                 // Held for another lease: remembered as an ask. Found there
                 // after a change: its key survived it.
-                self.gate.renewed(&renewal.keys.key, renewal.ttl);
+                if !renewal.ttl.is_zero() {
+                    self.gate.renewed(&renewal.keys.key, renewal.ttl);
+                }
                 self.gate.survived(&renewal.keys.key);
             }
             Ok(owned)

@@ -3,7 +3,8 @@
 -- KEYS[i]       the lock key of lease i (the owner token, with '+' in front
 --               when someone may wait in line: see acquire.lua)
 -- ARGV[2i - 1]  the owner token of lease i
--- ARGV[2i]      the new lease length of lease i, in milliseconds (counted from now)
+-- ARGV[2i]      the new lease length of lease i, in milliseconds (counted from
+--               now); 0: only check that it is ours, leave its expiry alone
 --
 -- Returns one integer per lease: 1 renewed, 0 not ours (gone, or another
 -- owner's: the lease is lost), -1 the key holds a value of another type,
@@ -17,7 +18,9 @@ for i = 1, #KEYS do
   if type(holder) == 'table' and holder.err then
     result[i] = -1
   elseif unmarked(holder) == ARGV[2 * i - 1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    if ARGV[2 * i] ~= '0' then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    end
     result[i] = 1
   else
     result[i] = 0

@@ -33,7 +33,13 @@ pub(crate) async fn renew<C: ConnectionLike>(
             cmd.arg(&item.keys.lock);
         }
         for item in chunk {
-            cmd.arg(&*item.token).arg(millis(item.ttl));
+            // Zero: a check only (see `Renewal::ttl`).
+            let ttl = if item.ttl.is_zero() {
+                0
+            } else {
+                millis(item.ttl)
+            };
+            cmd.arg(&*item.token).arg(ttl);
         }
         let codes: Vec<i64> = invoke(&SCRIPT, &cmd, con).await?;
         out.extend(codes.into_iter().map(Owned::from_code));
