@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -62,6 +62,10 @@ struct ErrorBody {
     error: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
+    /// When to try again, in whole seconds (also the `Retry-After` header):
+    /// set while the lock cannot be granted after a Redis restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
 }
 
 impl IntoResponse for PayError {
@@ -93,7 +97,16 @@ impl IntoResponse for PayError {
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
         };
-        (status, Json(ErrorBody { error, key })).into_response()
+        // After a Redis restart or failover, a lock that may still be held
+        // unseen is refused for a while: the error says how long.
+        let retry_after = err.retry_after().map(|d| d.as_secs() + 1);
+        let mut response = (status, Json(ErrorBody { error, key, retry_after })).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 

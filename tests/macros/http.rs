@@ -290,3 +290,35 @@ async fn without_redis_it_runs_in_memory() {
         service.output()
     );
 }
+
+/// After a Redis restart, an order whose lock may still be held unseen (it
+/// was asked for within its lease before the restart) answers 503 with
+/// `Retry-After`, not 409; other orders are paid at once (issue 22).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_lock_that_may_be_held_answers_503_with_retry_after() {
+    let mut server = RedisServer::start();
+    let service = Service::start(&server.url(), 10).await;
+    // Another instance holds order 12; this one is told 409.
+    let other = redis_client(&server).await;
+    let _held = other.lock("order:12").acquire().await.unwrap();
+    assert_eq!(service.pay("12").await.0, 409);
+
+    server.restart();
+    // A fresh order is paid (the first request may meet the broken connection).
+    let mut fresh = service.pay("13").await;
+    for _ in 0..20 {
+        if fresh.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fresh = service.pay("13").await;
+    }
+    assert_eq!(fresh.0, 200, "{}", fresh.1);
+
+    let (status, body) = service.pay("12").await;
+    assert_eq!(status, 503, "{body}\n--- service output ---\n{}", service.output());
+    assert_eq!(key_of(&body), "order:12");
+    let retry = body["retry_after"].as_u64().unwrap_or_else(|| panic!("no retry_after in {body}"));
+    assert!((1..=31).contains(&retry), "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("restarted")), "{body}");
+}

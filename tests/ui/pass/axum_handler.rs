@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use leasehold::{LockClient, LockError, distributed_lock};
@@ -37,7 +37,12 @@ impl IntoResponse for ApiError {
         } else {
             StatusCode::INTERNAL_SERVER_ERROR
         };
-        (status, err.to_string()).into_response()
+        let mut response = (status, err.to_string()).into_response();
+        if let Some(after) = err.retry_after() {
+            let secs = after.as_secs() + 1;
+            response.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
