@@ -173,7 +173,7 @@ fn refused_in_script(err: &RedisError) -> Option<String> {
     };
     Some(format!(
         "{ACL_REFUSED}: {what}, called by leasehold's {name} script (line {line}: `{code}`); \
-         see the minimal ACL rule in the README. Redis said: {text}"
+         see the minimal ACL rule in docs/topologies.md (TLS and ACL users). Redis said: {text}"
     ))
 }
 
