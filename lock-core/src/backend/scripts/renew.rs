@@ -26,13 +26,17 @@ const CHUNK: usize = 1000;
 /// lease on this server or slot) goes first as the native `SET … IFEQ`
 /// where `offered` has it, and to the script only if that did nothing. A
 /// larger batch is one script call: its `EVALSHA` costs once for up to
-/// [`CHUNK`] leases.
+/// [`CHUNK`] leases. A check (a zero `ttl`) is always the script's.
 pub(crate) async fn renew<C: ConnectionLike>(
     con: &mut C,
     batch: &[Renewal],
     offered: &Offered,
 ) -> Result<Vec<Owned>, ScriptError> {
-    if let [one] = batch {
+    // A check only (zero, see `Renewal::ttl`) is the script's: the native
+    // command would set the expiry.
+    if let [one] = batch
+        && !one.ttl.is_zero()
+    {
         let done = native::renew(con, offered, &one.keys.lock, &one.token, one.ttl).await?;
         if done == Native::Done {
             return Ok(vec![Owned::Yes]);
