@@ -20,7 +20,7 @@ pub mod scripts;
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation};
+use stateright::{Checker, Expectation, HasDiscoveries};
 
 pub use protocol::{Action, Config, Protocol, World};
 /// The model's trait (`init_states`, `actions`, `next_state`), for walks.
@@ -89,9 +89,14 @@ pub fn check(config: Config, reached: &[&str]) -> Summary {
     }
 }
 
-/// The path (actions from the initial state) to a state where the
-/// `sometimes` property `name` holds, if the model reaches one.
-pub fn example(config: Config, name: &'static str) -> Option<Vec<Action>> {
-    let checker = Protocol { config }.checker().spawn_bfs().join();
+/// The actions (from the initial state) of the shortest path to a state
+/// that breaks (`always`) or meets (`sometimes`) the property `name`, if
+/// the model has one; the check stops at the first.
+pub fn discover(config: Config, name: &'static str) -> Option<Vec<Action>> {
+    let checker = Protocol { config }
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        .spawn_bfs()
+        .join();
     checker.discovery(name).map(|path| path.into_actions())
 }

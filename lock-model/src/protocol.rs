@@ -38,6 +38,10 @@ pub struct Config {
     pub one_try: bool,
     /// Check liveness from every state (a fair run from it: see fair.rs).
     pub liveness: bool,
+    /// Time may pass before every client has seen a restart or failover
+    /// (see `Action::Tick`): off in the checks, on to show what the
+    /// assumption guards against.
+    pub late_changes: bool,
 }
 
 /// A request on the wire, or its reply.
@@ -546,7 +550,7 @@ impl Model for Protocol {
             .clients
             .iter()
             .all(|c| !c.alive() || c.gate.seen == w.epoch);
-        if w.now < cfg.horizon && all_seen {
+        if w.now < cfg.horizon && (all_seen || cfg.late_changes) {
             actions.push(Action::Tick);
         }
         if w.replica.as_ref().is_some_and(|r| *r != w.server) {

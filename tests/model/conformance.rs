@@ -80,6 +80,7 @@ fn walk_config() -> Config {
         restart_grace: false,
         one_try: true,
         liveness: false,
+        late_changes: false,
     }
 }
 

@@ -10,7 +10,7 @@ mod support;
 
 mod conformance;
 
-use leasehold_model::{Config, check};
+use leasehold_model::{Config, check, discover};
 
 /// Run one exhaustive check; fail with the counterexamples.
 fn model(name: &str, config: Config, reached: &[&str]) {
@@ -147,6 +147,35 @@ fn failover() {
     );
 }
 
+/// What the assumption "every client sees a change before time moves on"
+/// guards against (a finding of the model, see README's Reliability
+/// section): a failover to a replica that missed the holder's last
+/// renewal; the holder learns of it only after the older expiry has passed
+/// on the new server; meanwhile another client, closed by its gate but
+/// opened by the lock key it finds there (the key did survive, with the
+/// older expiry), is granted the lock while the holder still believes in
+/// its renewed lease. The model must find this path, or it checks less
+/// than it says.
+#[test]
+fn a_holder_that_learns_late_of_a_failover() {
+    let path = discover(
+        Config {
+            horizon: 3,
+            failovers: true,
+            late_changes: true,
+            liveness: false,
+            ..base()
+        },
+        "never two holders within their validity",
+    )
+    .expect("two holders after a failover that a holder learnt of late");
+    println!("model: two holders after a late-seen failover: {path:?}");
+    assert!(
+        path.contains(&leasehold_model::Action::Failover),
+        "{path:?}"
+    );
+}
+
 #[test]
 #[ignore = "a probe of the bounds: C, A, H, F, CF, R, FO, G, O, L from the environment"]
 fn probe() {
@@ -169,6 +198,7 @@ fn probe() {
             restart_grace: v("G", 0) == 1,
             one_try: v("O", 0) == 1,
             liveness: v("L", 0) == 1,
+            late_changes: v("LATE", 0) == 1,
         },
         &[],
     );
