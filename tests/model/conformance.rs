@@ -70,7 +70,7 @@ fn tok_of(s: &str) -> Tok {
 /// The walks: what they may do.
 fn walk_config() -> Config {
     Config {
-        clients: 2,
+        clients: 3,
         acquisitions: 2,
         horizon: 10,
         faults: 3,
