@@ -111,11 +111,14 @@ pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrancy::fencing_token;
 pub use request::LockRequest;
 
-/// Items used by the code `#[distributed_lock]` generates, and by the
-/// workspace's benchmark. Not public API.
+/// Items used by the code `#[distributed_lock]` generates, by the
+/// workspace's benchmark and by the protocol model's conformance test
+/// (tests/model). Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::backend::scripts::{ACQUIRE_SOURCE, RELEASE_SOURCE};
+    pub use crate::backend::scripts::{
+        ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+    };
     pub use crate::client::LockClient;
     pub use crate::global::global_client;
 }

@@ -7,7 +7,7 @@ use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 
 /// The script's source as Redis runs it (with the shared helpers first).
-pub(super) const SOURCE: &str = concat!(
+pub const SOURCE: &str = concat!(
     include_str!("typed.lua"),
     include_str!("marker.lua"),
     include_str!("abandon.lua")

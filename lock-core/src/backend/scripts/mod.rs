@@ -28,9 +28,13 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, Value};
 
+/// abandon.lua as Redis runs it (helpers first): the protocol model's
+/// conformance test (tests/model) sends it by hand.
+pub use abandon::SOURCE as ABANDON_SOURCE;
 pub(crate) use abandon::abandon;
 /// acquire.lua and release.lua as Redis runs them (helpers first): the
-/// benchmark's `raw-scripts` floor sends these by hand.
+/// benchmark's `raw-scripts` floor and the model's conformance test send
+/// these by hand.
 pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
@@ -39,6 +43,8 @@ pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, release};
+/// renew.lua as Redis runs it, for the model's conformance test.
+pub use renew::SOURCE as RENEW_SOURCE;
 pub(crate) use renew::renew;
 
 use super::LockKeys;

@@ -8,7 +8,7 @@ use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 
 /// The script's source as Redis runs it (with the shared helpers first).
-pub(super) const SOURCE: &str = concat!(
+pub const SOURCE: &str = concat!(
     include_str!("typed.lua"),
     include_str!("marker.lua"),
     include_str!("renew.lua")

@@ -1,0 +1,102 @@
+//! A model of leasehold's lock protocol on one key, checked exhaustively
+//! with [stateright](https://docs.rs/stateright) for small bounds.
+//!
+//! - [`scripts`]: the Redis keys of one lock and the Lua scripts' logic on
+//!   them (`lock-core/src/backend/scripts/*.lua`, branch by branch);
+//! - [`protocol`]: clients (attempt, wait in line, hold with a validity
+//!   deadline, renew, release, abandon), the gate of SPEC 13, the faults
+//!   as actions, and the properties;
+//! - [`fair`]: liveness: from a state, a run without faults in which
+//!   holders keep releasing serves every waiter and leaves no key behind.
+//!
+//! The checks run in the root package's `tests/model` (`cargo test --test
+//! model`), which also replays the model's traces against a real
+//! `redis-server` with the real scripts. This crate is built optimised even
+//! in debug builds (the workspace's profile), so the checks stay short.
+
+pub mod fair;
+pub mod protocol;
+pub mod scripts;
+
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Expectation, HasDiscoveries};
+
+pub use protocol::{Action, Config, Protocol, World};
+/// The model's trait (`init_states`, `actions`, `next_state`), for walks.
+pub use stateright::Model;
+
+/// What one exhaustive check found.
+#[derive(Debug)]
+pub struct Summary {
+    /// Distinct states explored.
+    pub states: usize,
+    /// States generated, repeats included.
+    pub generated: usize,
+    pub depth: usize,
+    pub took: Duration,
+    /// Broken `always` properties (with the counterexample) and `sometimes`
+    /// properties asked for but never reached.
+    pub failures: Vec<String>,
+}
+
+/// Check every property of the model under `config` (breadth first, every
+/// reachable state): no `always` property broken, and each `sometimes`
+/// property named in `reached` found.
+pub fn check(config: Config, reached: &[&str]) -> Summary {
+    let started = Instant::now();
+    let model = Protocol { config };
+    let properties = model.properties();
+    let checker = model.checker().spawn_bfs().join();
+    let discoveries = checker.discoveries();
+    let mut failures = Vec::new();
+    for property in properties {
+        let found = discoveries.get(property.name);
+        match property.expectation {
+            Expectation::Always | Expectation::Eventually => {
+                if let Some(path) = found {
+                    let steps: Vec<String> = path
+                        .clone()
+                        .into_vec()
+                        .into_iter()
+                        .map(|(state, action)| format!("{state:?}\n  -> {action:?}"))
+                        .collect();
+                    failures.push(format!("broken: {}\n{}", property.name, steps.join("\n")));
+                }
+            }
+            Expectation::Sometimes => {
+                if reached.contains(&property.name) && found.is_none() {
+                    failures.push(format!("never reached: {}", property.name));
+                }
+            }
+        }
+    }
+    let known = Protocol {
+        config: Config::default(),
+    }
+    .properties();
+    for name in reached {
+        if !known.iter().any(|p| p.name == *name) {
+            failures.push(format!("no such property: {name}"));
+        }
+    }
+    Summary {
+        states: checker.unique_state_count(),
+        generated: checker.state_count(),
+        depth: checker.max_depth(),
+        took: started.elapsed(),
+        failures,
+    }
+}
+
+/// The actions (from the initial state) of the shortest path to a state
+/// that breaks (`always`) or meets (`sometimes`) the property `name`, if
+/// the model has one; the check stops at the first.
+pub fn discover(config: Config, name: &'static str) -> Option<Vec<Action>> {
+    let checker = Protocol { config }
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        .spawn_bfs()
+        .join();
+    checker.discovery(name).map(|path| path.into_actions())
+}

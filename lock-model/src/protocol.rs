@@ -1,0 +1,1028 @@
+//! The protocol of one lock key as a state machine: the server's keys
+//! (scripts.rs), a few clients with what each knows (its phase, the request
+//! or reply in flight, its gate of SPEC 13), and the faults as actions.
+//!
+//! A client's life follows lock-core: `request.rs` (attempt, wait, retry
+//! with the same token after an error, abandon when giving up), `waiting.rs`
+//! (woken by `next:<token>` or by the sleep the busy reply named), the
+//! watchdog (renew while valid), `backend/redis/mod.rs` and `gate.rs` (read
+//! the server's identity before a grant; per key closure after a change,
+//! opened early by the lock key or the survival mark; the restart grace).
+
+use stateright::{Model, Property};
+
+use crate::scripts::{AcqReply, Effects, LEASE, RelReply, Server, Time, Tok};
+
+/// What may happen in a run.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    pub clients: u8,
+    /// Acquisitions each client starts (each with a new token).
+    pub acquisitions: u8,
+    /// The clock stops here.
+    pub horizon: Time,
+    /// How many fault actions one run may take.
+    pub faults: u8,
+    /// Client-side faults: crash, reply lost, request lost, an abandon
+    /// overtaking its own acquire, a cancelled waiter.
+    pub client_faults: bool,
+    /// The server restarts without persistence.
+    pub restarts: bool,
+    /// A replica, in step with the server or one write behind (it gets
+    /// each write when `Replicate` says so, and has the one before), and a
+    /// failover to it: the last write is lost unless it was replicated.
+    pub failovers: bool,
+    /// `restart_grace` of one lease.
+    pub restart_grace: bool,
+    /// Also one-try acquisitions (`wait` 0), besides waiting ones.
+    pub one_try: bool,
+    /// Check liveness from every state (a fair run from it: see fair.rs).
+    pub liveness: bool,
+    /// Time may pass before every client has seen a restart or failover
+    /// (see `Action::Tick`): off in the checks, on to show what the
+    /// assumption guards against.
+    pub late_changes: bool,
+}
+
+/// A request on the wire, or its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flight<R> {
+    /// Sent, not applied yet.
+    Sent,
+    /// Applied; the reply is on its way.
+    Replied(R),
+    /// The caller saw an error (connection broke, timeout): applied or not.
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Idle,
+    Acquiring {
+        in_line: bool,
+        sent: Time,
+        flight: Flight<AcqReply>,
+    },
+    /// In line, asleep until told it is next, or until `wake`.
+    Waiting {
+        wake: Option<Time>,
+    },
+    Holding {
+        fence: u32,
+        /// Valid before this tick (the send of the granting attempt or
+        /// renewal, + the lease).
+        valid: Time,
+        /// Granted by a client that saw a change while it had not asked for
+        /// the key within a lease (SPEC 13 does not close such a key).
+        excused: bool,
+        renewing: Option<(Time, Flight<bool>)>,
+    },
+    Releasing {
+        flight: Flight<RelReply>,
+    },
+    Abandoning {
+        flight: Flight<bool>,
+    },
+    Dead,
+}
+
+/// gate.rs for the one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Gate {
+    /// The server epoch (`run_id`) this client knows.
+    pub seen: u8,
+    /// The last ask of the key (an attempt sent, or a renewal).
+    pub ask: Option<Time>,
+    /// Closed until then.
+    pub closed: Option<Time>,
+    /// Releases leave the survival mark until then.
+    pub mark: Option<Time>,
+    /// Nothing is granted before then (restart grace).
+    pub young: Option<Time>,
+    /// At the last change it saw, this client had not asked for the key
+    /// within a lease, so the key stayed open (a ghost, for the property).
+    pub blind: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Acquisitions started; the current token is `gen - 1`.
+    pub r#gen: u8,
+    pub phase: Phase,
+    /// Busy once: it listens for releases since.
+    pub listening: bool,
+    /// A `next:` naming its token arrived since its last attempt was sent.
+    pub notified: bool,
+    /// An acquire of an abandoned token still on the wire (`in_line`).
+    pub stray: Option<(Tok, bool)>,
+    pub gate: Gate,
+    /// Ghost: the fence the server issued to the current token.
+    pub issued: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub now: Time,
+    /// The server clock as acquire reads it (µs in Redis): it moves on
+    /// at least one step between two grants, and never back, whatever
+    /// happens to the data (the fence floor's assumption).
+    pub clock: u32,
+    pub server: Server,
+    pub replica: Option<Server>,
+    /// Changes of `run_id` (restarts, failovers).
+    pub epoch: u8,
+    /// The last change, and whether it was a failover.
+    pub changed: Option<(Time, bool)>,
+    pub faults: u8,
+    pub clients: Vec<Client>,
+    /// Ghost: the highest fence issued so far.
+    pub max_issued: u32,
+    /// Ghost: a grant issued a fence not above every earlier one, or a
+    /// client was told a fence other than the one issued to its token.
+    pub fence_bad: bool,
+    /// Ghost: a grant went to one that came after a waiter still in line.
+    pub overtaken: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A new acquisition (waiting in line, or one try).
+    Start(u8, bool),
+    /// The server runs the client's request.
+    Apply(u8),
+    /// The server runs an abandoned acquire still on the wire.
+    ApplyStray(u8),
+    /// The reply reaches the client.
+    Deliver(u8),
+    /// After an error: send the same call again (same token).
+    Retry(u8),
+    /// After an error: give up (abandon the acquisition).
+    GiveUp(u8),
+    /// A waiter wakes (told it is next, or its sleep ended) and tries.
+    Wake(u8),
+    Renew(u8),
+    Release(u8),
+    /// The client reads the server's new identity after a reconnection.
+    SeeChange(u8),
+    /// Time passes (leases and places run out; a stalled server is time
+    /// passing with requests not applied). Not while a live client has not
+    /// seen the last restart or failover: clients reconnect and audit their
+    /// leases within milliseconds, a tick is a good part of a lease. (Without
+    /// this assumption, a holder that learns late of a failover that lost
+    /// its last renewal still believes in a lease that the new server lets
+    /// run out sooner: see README's Reliability section.)
+    Tick,
+    /// The replica catches up.
+    Replicate,
+    // Faults.
+    /// The waiter is cancelled or its wait ran out: abandon.
+    Cancel(u8),
+    LoseReply(u8),
+    DropRequest(u8),
+    /// The abandon lands before the acquire it follows.
+    LateAbandon(u8),
+    Crash(u8),
+    Restart,
+    Failover,
+}
+
+impl Action {
+    pub fn is_fault(self) -> bool {
+        matches!(
+            self,
+            Action::Cancel(_)
+                | Action::LoseReply(_)
+                | Action::DropRequest(_)
+                | Action::LateAbandon(_)
+                | Action::Crash(_)
+                | Action::Restart
+                | Action::Failover
+        )
+    }
+}
+
+impl Client {
+    pub fn token(&self, c: u8) -> Tok {
+        Tok {
+            client: c,
+            r#gen: self.r#gen.saturating_sub(1),
+        }
+    }
+
+    pub fn alive(&self) -> bool {
+        self.phase != Phase::Dead
+    }
+
+    /// A waiter: an acquisition that keeps (or will keep) a place in line.
+    pub fn waits(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Waiting { .. } | Phase::Acquiring { in_line: true, .. }
+        )
+    }
+
+    /// Holding within its validity.
+    pub fn valid(&self, now: Time) -> Option<(u32, bool)> {
+        match self.phase {
+            Phase::Holding {
+                fence,
+                valid,
+                excused,
+                ..
+            } if now < valid => Some((fence, excused)),
+            _ => None,
+        }
+    }
+}
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct Protocol {
+    pub config: Config,
+}
+
+/// `restart_grace` when on: one lease.
+const RESTART_GRACE: Time = LEASE;
+
+impl Protocol {
+    /// The client's reading of a new server identity (gate.rs `apply_as`,
+    /// `close_asked`, and the watchdog's audit of its leases).
+    fn see_change(&self, w: &mut World, c: u8) {
+        let now = w.now;
+        let ci = usize::from(c);
+        let failover = w.changed.is_some_and(|(_, f)| f);
+        let born = w.changed.map_or(0, |(t, _)| t);
+        let token = w.clients[ci].token(c);
+        let holder = w.server.lock.map(|l| l.owner);
+        let cl = &mut w.clients[ci];
+        let g = &mut cl.gate;
+        g.seen = w.epoch;
+        if self.config.restart_grace {
+            let until = if failover {
+                now + RESTART_GRACE
+            } else {
+                born + RESTART_GRACE
+            };
+            g.young = Some(g.young.map_or(until, |y| y.max(until)));
+        }
+        let asked = g.ask.is_some_and(|a| a + LEASE > now);
+        if asked {
+            let until = now + LEASE;
+            g.closed = Some(g.closed.map_or(until, |u| u.max(until)));
+        }
+        g.closed = g.closed.filter(|&u| u > now);
+        if let Some(u) = g.closed {
+            g.mark = Some(g.mark.map_or(u, |m| m.max(u)));
+        }
+        g.blind = !asked;
+        // The leases held there are checked at once: the watchdog's audit
+        // is a renewal (renew.lua), so a lease found there gets its full
+        // expiry again, one that is gone is lost.
+        if let Phase::Holding {
+            fence,
+            valid,
+            excused,
+            ..
+        } = cl.phase
+        {
+            if holder == Some(token) && now < valid {
+                cl.gate.closed = None;
+                w.server.renew(token, now);
+                cl.phase = Phase::Holding {
+                    fence,
+                    valid: valid.max(now + LEASE),
+                    excused,
+                    renewing: None,
+                };
+            } else {
+                cl.phase = Phase::Idle;
+            }
+        }
+    }
+
+    /// An attempt: identity first, then the gate, then the script on the wire.
+    fn send_acquire(&self, w: &mut World, c: u8, in_line: bool) {
+        let ci = usize::from(c);
+        if w.clients[ci].gate.seen != w.epoch {
+            self.see_change(w, c);
+        }
+        let now = w.now;
+        let lock_there = w.server.lock.is_some() || w.server.survived.is_some();
+        let cl = &mut w.clients[ci];
+        cl.notified = false;
+        let g = &mut cl.gate;
+        if self.config.restarts || self.config.failovers {
+            g.ask = Some(now);
+        }
+        let mut refused = g.young.filter(|&y| y > now);
+        if refused.is_none() {
+            g.young = None;
+            match g.closed {
+                Some(u) if u > now => {
+                    if lock_there {
+                        g.closed = None;
+                    } else {
+                        refused = Some(u);
+                    }
+                }
+                _ => g.closed = None,
+            }
+        }
+        cl.phase = match refused {
+            Some(until) => {
+                if in_line {
+                    cl.listening = true;
+                    Phase::Waiting { wake: Some(until) }
+                } else {
+                    Phase::Idle
+                }
+            }
+            None => Phase::Acquiring {
+                in_line,
+                sent: now,
+                flight: Flight::Sent,
+            },
+        };
+    }
+
+    /// The server runs acquire.lua for `token`, with the ghosts' checks.
+    fn run_acquire(&self, w: &mut World, token: Tok, in_line: bool) -> AcqReply {
+        let before = w.server.clone();
+        let floor = w.clock;
+        let took_time = w.server.lock.is_none();
+        let (reply, effects) = w.server.acquire(token, in_line, w.now, floor);
+        if took_time {
+            w.clock += 1;
+        }
+        if let AcqReply::Granted(fence) = reply
+            && effects.fresh
+        {
+            if fence <= w.max_issued {
+                w.fence_bad = true;
+            }
+            w.max_issued = w.max_issued.max(fence);
+            let owner = &mut w.clients[usize::from(token.client)];
+            if owner.token(token.client) == token {
+                owner.issued = Some(fence);
+            }
+            if self.overtakes(w, &before, token) {
+                w.overtaken = true;
+            }
+        }
+        self.announce(w, effects);
+        reply
+    }
+
+    /// A new grant to `token` while a live waiter that came before it keeps
+    /// its place: every live waiter with a kept place must be behind it.
+    fn overtakes(&self, w: &World, before: &Server, token: Tok) -> bool {
+        let mine = before.line.iter().position(|t| *t == token);
+        w.clients.iter().enumerate().any(|(i, cl)| {
+            let other = cl.token(i as u8);
+            if other == token || !cl.waits() || before.place(other).is_none_or(|p| p <= w.now) {
+                return false;
+            }
+            let theirs = before.line.iter().position(|t| *t == other);
+            match (mine, theirs) {
+                (Some(m), Some(t)) => t < m,
+                _ => true,
+            }
+        })
+    }
+
+    /// `next:<token>` wakes that waiter (armed before its attempt).
+    fn announce(&self, w: &mut World, effects: Effects) {
+        if let Some(next) = effects.announced {
+            let cl = &mut w.clients[usize::from(next.client)];
+            if cl.token(next.client) == next && cl.alive() {
+                cl.notified = true;
+            }
+        }
+    }
+
+    /// A restart or failover: every connection breaks.
+    fn break_connections(w: &mut World) {
+        for cl in &mut w.clients {
+            cl.stray = None;
+            match &mut cl.phase {
+                Phase::Acquiring { flight, .. } => *flight = Flight::Failed,
+                Phase::Releasing { flight } => *flight = Flight::Failed,
+                Phase::Abandoning { flight } => *flight = Flight::Failed,
+                Phase::Holding {
+                    renewing: Some((_, flight)),
+                    ..
+                } => *flight = Flight::Failed,
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Model for Protocol {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        let n = self.config.clients;
+        vec![World {
+            now: 0,
+            clock: 1,
+            server: Server::default(),
+            replica: self.config.failovers.then(Server::default),
+            epoch: 0,
+            changed: None,
+            faults: 0,
+            clients: (0..n)
+                .map(|_| Client {
+                    r#gen: 0,
+                    phase: Phase::Idle,
+                    listening: false,
+                    notified: false,
+                    stray: None,
+                    gate: Gate::default(),
+                    issued: None,
+                })
+                .collect(),
+            max_issued: 0,
+            fence_bad: false,
+            overtaken: false,
+        }]
+    }
+
+    fn actions(&self, w: &World, actions: &mut Vec<Action>) {
+        let cfg = &self.config;
+        let faults = w.faults < cfg.faults;
+        for (i, cl) in w.clients.iter().enumerate() {
+            let c = i as u8;
+            if !cl.alive() {
+                continue;
+            }
+            if cl.gate.seen != w.epoch {
+                actions.push(Action::SeeChange(c));
+            }
+            if cl.stray.is_some() {
+                // An abandoned acquire still on the wire.
+                actions.push(Action::ApplyStray(c));
+            }
+            let client_faults = faults && cfg.client_faults;
+            // A request or reply on the wire, and whether an error there
+            // may end the call (else it is retried).
+            let in_flight = match cl.phase {
+                Phase::Acquiring { flight, .. } => Some((stage(&flight), true)),
+                Phase::Holding {
+                    renewing: Some((_, flight)),
+                    ..
+                } => Some((stage(&flight), false)),
+                Phase::Releasing { flight } => Some((stage(&flight), true)),
+                Phase::Abandoning { flight } => Some((stage(&flight), true)),
+                _ => None,
+            };
+            match in_flight {
+                Some((Stage::Sent, _)) => {
+                    if matches!(cl.phase, Phase::Abandoning { .. }) && cl.stray.is_some() {
+                        // The acquire before the abandon goes first (it is
+                        // pushed above) unless the abandon overtakes it.
+                        if client_faults {
+                            actions.push(Action::LateAbandon(c));
+                        }
+                    } else {
+                        actions.push(Action::Apply(c));
+                    }
+                    if client_faults {
+                        actions.push(Action::DropRequest(c));
+                    }
+                }
+                Some((Stage::Replied, _)) => {
+                    actions.push(Action::Deliver(c));
+                    if client_faults {
+                        actions.push(Action::LoseReply(c));
+                    }
+                }
+                Some((Stage::Failed, may_end)) => {
+                    actions.push(Action::Retry(c));
+                    if may_end {
+                        actions.push(Action::GiveUp(c));
+                    }
+                }
+                None => {}
+            }
+            match cl.phase {
+                Phase::Idle => {
+                    if cl.r#gen < cfg.acquisitions {
+                        actions.push(Action::Start(c, true));
+                        if cfg.one_try {
+                            actions.push(Action::Start(c, false));
+                        }
+                    }
+                }
+                Phase::Acquiring { .. }
+                | Phase::Holding { .. }
+                | Phase::Releasing { .. }
+                | Phase::Abandoning { .. } => {}
+                Phase::Waiting { wake } => {
+                    if cl.notified || wake.is_some_and(|t| t <= w.now) {
+                        actions.push(Action::Wake(c));
+                    }
+                }
+                Phase::Dead => {}
+            }
+            if let Phase::Holding {
+                valid,
+                renewing: None,
+                ..
+            } = cl.phase
+            {
+                if w.now < valid {
+                    actions.push(Action::Renew(c));
+                }
+                actions.push(Action::Release(c));
+            }
+            if client_faults {
+                if matches!(cl.phase, Phase::Waiting { .. } | Phase::Acquiring { .. }) {
+                    actions.push(Action::Cancel(c));
+                }
+                actions.push(Action::Crash(c));
+            }
+        }
+        // Every client sees a change (reconnects, reads the new identity,
+        // audits its leases) before time moves on: see `Action::Tick`.
+        let all_seen = w
+            .clients
+            .iter()
+            .all(|c| !c.alive() || c.gate.seen == w.epoch);
+        if w.now < cfg.horizon && (all_seen || cfg.late_changes) {
+            actions.push(Action::Tick);
+        }
+        if w.replica.as_ref().is_some_and(|r| *r != w.server) {
+            actions.push(Action::Replicate);
+        }
+        if faults && cfg.restarts {
+            actions.push(Action::Restart);
+        }
+        if faults && cfg.failovers {
+            actions.push(Action::Failover);
+        }
+    }
+
+    fn next_state(&self, last: &World, action: Action) -> Option<World> {
+        let mut w = last.clone();
+        if action.is_fault() {
+            w.faults += 1;
+        }
+        let now = w.now;
+        if w.replica.is_some()
+            && matches!(
+                action,
+                Action::Apply(_) | Action::ApplyStray(_) | Action::LateAbandon(_)
+            )
+        {
+            // The replica has every write but (at most) this one: a
+            // failover loses the last write, unless `Replicate` came first.
+            w.replica = Some(w.server.clone());
+        }
+        match action {
+            Action::Start(c, in_line) => {
+                let cl = &mut w.clients[usize::from(c)];
+                cl.r#gen += 1;
+                cl.listening = false;
+                cl.issued = None;
+                self.send_acquire(&mut w, c, in_line);
+            }
+            Action::Apply(c) => {
+                let ci = usize::from(c);
+                let token = w.clients[ci].token(c);
+                match w.clients[ci].phase {
+                    Phase::Acquiring { in_line, sent, .. } => {
+                        let reply = self.run_acquire(&mut w, token, in_line);
+                        w.clients[ci].phase = Phase::Acquiring {
+                            in_line,
+                            sent,
+                            flight: Flight::Replied(reply),
+                        };
+                    }
+                    Phase::Holding {
+                        renewing: Some((sent, _)),
+                        fence,
+                        valid,
+                        excused,
+                    } => {
+                        let ok = w.server.renew(token, now);
+                        w.clients[ci].phase = Phase::Holding {
+                            fence,
+                            valid,
+                            excused,
+                            renewing: Some((sent, Flight::Replied(ok))),
+                        };
+                    }
+                    Phase::Releasing { .. } => {
+                        let mark = w.clients[ci]
+                            .gate
+                            .mark
+                            .filter(|&m| m > now)
+                            .map(|m| m - now);
+                        let (reply, effects) = w.server.release(token, now, mark);
+                        self.announce(&mut w, effects);
+                        w.clients[ci].phase = Phase::Releasing {
+                            flight: Flight::Replied(reply),
+                        };
+                    }
+                    Phase::Abandoning { .. } => {
+                        let (held, effects) = w.server.abandon(token);
+                        self.announce(&mut w, effects);
+                        w.clients[ci].phase = Phase::Abandoning {
+                            flight: Flight::Replied(held),
+                        };
+                    }
+                    _ => return None,
+                }
+            }
+            Action::LateAbandon(c) => {
+                let ci = usize::from(c);
+                let token = w.clients[ci].token(c);
+                let (held, effects) = w.server.abandon(token);
+                self.announce(&mut w, effects);
+                w.clients[ci].phase = Phase::Abandoning {
+                    flight: Flight::Replied(held),
+                };
+            }
+            Action::ApplyStray(c) => {
+                let ci = usize::from(c);
+                let (token, in_line) = w.clients[ci].stray.take()?;
+                self.run_acquire(&mut w, token, in_line);
+            }
+            Action::Deliver(c) => {
+                let cl = &mut w.clients[usize::from(c)];
+                cl.phase = match cl.phase {
+                    Phase::Acquiring {
+                        in_line,
+                        sent,
+                        flight: Flight::Replied(reply),
+                    } => match reply {
+                        AcqReply::Granted(fence) => {
+                            if cl.issued.take() != Some(fence) {
+                                w.fence_bad = true;
+                            }
+                            Phase::Holding {
+                                fence,
+                                valid: sent + LEASE,
+                                excused: cl.gate.blind && !self.config.restart_grace,
+                                renewing: None,
+                            }
+                        }
+                        AcqReply::Busy(_) if !in_line => Phase::Idle,
+                        AcqReply::Busy(sleep) => {
+                            if cl.listening {
+                                Phase::Waiting {
+                                    wake: (sleep >= 0).then(|| (i32::from(now) + sleep) as Time),
+                                }
+                            } else {
+                                // First busy: listen, then look again at once.
+                                cl.listening = true;
+                                Phase::Waiting { wake: Some(now) }
+                            }
+                        }
+                    },
+                    Phase::Holding {
+                        fence,
+                        valid,
+                        excused,
+                        renewing: Some((sent, Flight::Replied(ok))),
+                    } => {
+                        if ok {
+                            if self.config.restarts || self.config.failovers {
+                                cl.gate.ask = Some(now);
+                            }
+                            cl.gate.closed = None;
+                            Phase::Holding {
+                                fence,
+                                valid: valid.max(sent + LEASE),
+                                excused,
+                                renewing: None,
+                            }
+                        } else {
+                            Phase::Idle
+                        }
+                    }
+                    Phase::Releasing {
+                        flight: Flight::Replied(reply),
+                    } => {
+                        if reply != RelReply::NotOurs {
+                            cl.gate.closed = None;
+                        }
+                        Phase::Idle
+                    }
+                    Phase::Abandoning {
+                        flight: Flight::Replied(_),
+                    } => Phase::Idle,
+                    _ => return None,
+                };
+            }
+            Action::LoseReply(c) | Action::DropRequest(c) => {
+                fail(&mut w.clients[usize::from(c)].phase);
+            }
+            Action::Retry(c) => {
+                let ci = usize::from(c);
+                match w.clients[ci].phase {
+                    Phase::Acquiring { in_line, .. } => self.send_acquire(&mut w, c, in_line),
+                    Phase::Holding {
+                        fence,
+                        valid,
+                        excused,
+                        ..
+                    } => {
+                        w.clients[ci].phase = Phase::Holding {
+                            fence,
+                            valid,
+                            excused,
+                            renewing: None,
+                        }
+                    }
+                    Phase::Releasing { .. } => {
+                        w.clients[ci].phase = Phase::Releasing {
+                            flight: Flight::Sent,
+                        }
+                    }
+                    Phase::Abandoning { .. } => {
+                        w.clients[ci].phase = Phase::Abandoning {
+                            flight: Flight::Sent,
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+            Action::GiveUp(c) => {
+                let cl = &mut w.clients[usize::from(c)];
+                cl.phase = match cl.phase {
+                    Phase::Acquiring { .. } => Phase::Abandoning {
+                        flight: Flight::Sent,
+                    },
+                    _ => Phase::Idle,
+                };
+            }
+            Action::Wake(c) => self.send_acquire(&mut w, c, true),
+            Action::Cancel(c) => {
+                let ci = usize::from(c);
+                let token = w.clients[ci].token(c);
+                let cl = &mut w.clients[ci];
+                if let Phase::Acquiring {
+                    in_line,
+                    flight: Flight::Sent,
+                    ..
+                } = cl.phase
+                {
+                    cl.stray = Some((token, in_line));
+                }
+                cl.phase = Phase::Abandoning {
+                    flight: Flight::Sent,
+                };
+            }
+            Action::Renew(c) => {
+                let cl = &mut w.clients[usize::from(c)];
+                if let Phase::Holding { renewing, .. } = &mut cl.phase {
+                    *renewing = Some((now, Flight::Sent));
+                }
+            }
+            Action::Release(c) => {
+                w.clients[usize::from(c)].phase = Phase::Releasing {
+                    flight: Flight::Sent,
+                };
+            }
+            Action::SeeChange(c) => self.see_change(&mut w, c),
+            Action::Crash(c) => {
+                let cl = &mut w.clients[usize::from(c)];
+                cl.phase = Phase::Dead;
+                cl.stray = None;
+            }
+            Action::Tick => {
+                w.now += 1;
+                let now = w.now;
+                w.server.expire(now);
+                if let Some(r) = &mut w.replica {
+                    r.expire(now);
+                }
+            }
+            Action::Replicate => w.replica = Some(w.server.clone()),
+            Action::Restart => {
+                w.server = Server::default();
+                w.epoch += 1;
+                w.changed = Some((now, false));
+                Self::break_connections(&mut w);
+            }
+            Action::Failover => {
+                w.server = w.replica.clone().unwrap_or_default();
+                w.epoch += 1;
+                w.changed = Some((now, true));
+                Self::break_connections(&mut w);
+            }
+        }
+        canon(&mut w);
+        Some(w)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("never two holders within their validity", |_, w: &World| {
+                exclusive(w)
+            }),
+            Property::always("fencing tokens strictly increase", |_, w: &World| {
+                !w.fence_bad
+            }),
+            Property::always(
+                "no waiter is overtaken by a later arrival",
+                |_, w: &World| !w.overtaken,
+            ),
+            Property::always("every key has an expiry", |_, w: &World| {
+                every_key_expires(&w.server)
+            }),
+            Property::always("the line markers are in place", |_, w: &World| {
+                markers(&w.server)
+            }),
+            Property::always(
+                "the gate closes a key for a lease at most",
+                |_, w: &World| {
+                    w.clients
+                        .iter()
+                        .all(|c| c.gate.closed.is_none_or(|u| u <= w.now + LEASE))
+                },
+            ),
+            Property::always(
+                "a fair run from here serves every waiter and leaves no key behind",
+                |m, w: &World| !m.config.liveness || crate::fair::serves(m, w).is_ok(),
+            ),
+            Property::sometimes("a waiter in line while the lock is held", |_, w: &World| {
+                !w.server.line.is_empty() && w.server.lock.is_some()
+            }),
+            Property::sometimes("two waiters in line", |_, w: &World| {
+                w.server.line.len() >= 2
+            }),
+            Property::sometimes(
+                "a retried acquire on its way for a lock already its own",
+                |_, w: &World| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        matches!(
+                            c.phase,
+                            Phase::Acquiring {
+                                flight: Flight::Sent,
+                                ..
+                            }
+                        ) && c.issued.is_some()
+                            && w.server.lock.is_some_and(|l| l.owner == c.token(i as u8))
+                    })
+                },
+            ),
+            Property::sometimes("a lease ran out and another holds", |_, w: &World| {
+                w.clients.iter().any(|c| c.valid(w.now).is_some())
+                    && w.clients
+                        .iter()
+                        .any(|c| matches!(c.phase, Phase::Holding { valid, .. } if valid <= w.now))
+            }),
+            Property::sometimes(
+                "a waiter waits for a key closed by the gate",
+                |_, w: &World| {
+                    w.clients.iter().any(|c| {
+                        matches!(c.phase, Phase::Waiting { .. })
+                            && (c.gate.closed.is_some_and(|t| t > w.now)
+                                || c.gate.young.is_some_and(|t| t > w.now))
+                    })
+                },
+            ),
+            Property::sometimes(
+                "two holders, the later one excused (SPEC 13's gap)",
+                |_, w: &World| {
+                    w.clients
+                        .iter()
+                        .filter(|c| c.valid(w.now).is_some())
+                        .count()
+                        >= 2
+                },
+            ),
+        ]
+    }
+
+    fn within_boundary(&self, _: &World) -> bool {
+        true
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Sent,
+    Replied,
+    Failed,
+}
+
+fn stage<R>(flight: &Flight<R>) -> Stage {
+    match flight {
+        Flight::Sent => Stage::Sent,
+        Flight::Replied(_) => Stage::Replied,
+        Flight::Failed => Stage::Failed,
+    }
+}
+
+/// The fence numbers of a state, compressed to their order (0 stays 0:
+/// the fence a waiter writes when there was none): only their order and
+/// equality matter to the scripts as the model runs them (the server clock
+/// is above every issued fence, so `prior + 1` is never taken), and states
+/// that differ only in how far the clock ran are one.
+fn canon(w: &mut World) {
+    let mut values = vec![w.clock, w.max_issued];
+    let fences = |s: &Server| s.fence.map(|f| f.value);
+    values.extend(fences(&w.server));
+    if let Some(r) = &w.replica {
+        values.extend(fences(r));
+    }
+    for c in &w.clients {
+        values.extend(c.issued);
+        match c.phase {
+            Phase::Holding { fence, .. }
+            | Phase::Acquiring {
+                flight: Flight::Replied(AcqReply::Granted(fence)),
+                ..
+            } => values.push(fence),
+            _ => {}
+        }
+    }
+    values.retain(|&v| v != 0);
+    values.sort_unstable();
+    values.dedup();
+    let rank = |v: u32| {
+        if v == 0 {
+            0
+        } else {
+            values.binary_search(&v).map_or(v, |i| i as u32 + 1)
+        }
+    };
+    w.clock = rank(w.clock);
+    w.max_issued = rank(w.max_issued);
+    let fix = |s: &mut Server| {
+        if let Some(f) = &mut s.fence {
+            f.value = rank(f.value);
+        }
+    };
+    fix(&mut w.server);
+    if let Some(r) = &mut w.replica {
+        fix(r);
+    }
+    for c in &mut w.clients {
+        c.issued = c.issued.map(rank);
+        match &mut c.phase {
+            Phase::Holding { fence, .. }
+            | Phase::Acquiring {
+                flight: Flight::Replied(AcqReply::Granted(fence)),
+                ..
+            } => *fence = rank(*fence),
+            _ => {}
+        }
+    }
+}
+
+/// A request or reply of the client's phase fails.
+fn fail(phase: &mut Phase) {
+    match phase {
+        Phase::Acquiring { flight, .. } => *flight = Flight::Failed,
+        Phase::Holding {
+            renewing: Some((_, flight)),
+            ..
+        } => *flight = Flight::Failed,
+        Phase::Releasing { flight } => *flight = Flight::Failed,
+        Phase::Abandoning { flight } => *flight = Flight::Failed,
+        _ => {}
+    }
+}
+
+/// No two clients hold within their validity, except the documented gap of
+/// SPEC 13: after a change, a client that had not asked for the key within
+/// a lease is not closed (and without `restart_grace`, nothing else stops it).
+pub fn exclusive(w: &World) -> bool {
+    let valid: Vec<(u32, bool)> = w.clients.iter().filter_map(|c| c.valid(w.now)).collect();
+    valid
+        .iter()
+        .all(|&(fence, excused)| excused || valid.iter().all(|&(other, _)| other >= fence))
+}
+
+/// No key of the lock would stay forever.
+pub fn every_key_expires(s: &Server) -> bool {
+    use crate::scripts::Exp;
+    let expires = |e: Option<Exp>| matches!(e, Some(Exp::At(_) | Exp::Long));
+    s.fence.is_none_or(|f| f.exp != Exp::Persist)
+        && (s.line.is_empty() || expires(s.line_exp))
+        && (s.places.is_empty() || expires(s.places_exp))
+}
+
+/// acquire.lua's marker rules: whenever the line is not empty, the fence
+/// key exists with the marker and lives at least as long as the line; and
+/// a held lock's token carries the marker too.
+pub fn markers(s: &Server) -> bool {
+    use crate::scripts::Exp;
+    if s.line.is_empty() {
+        return true;
+    }
+    let lives = |e: Exp| match e {
+        Exp::At(t) => t,
+        Exp::Long | Exp::Persist => Time::MAX,
+    };
+    let fence_ok = s
+        .fence
+        .is_some_and(|f| f.marked && lives(f.exp) >= s.line_exp.map_or(Time::MAX, lives));
+    fence_ok && s.lock.is_none_or(|l| l.marked)
+}

@@ -1,0 +1,397 @@
+//! The server side of one lock: its Redis keys, and the Lua scripts'
+//! logic on them, step by step as in `lock-core/src/backend/scripts/*.lua`
+//! (read those beside this file: every branch here has its line there).
+//!
+//! Time is a logical clock of ticks. A key with an expiry at tick `t` is
+//! gone from tick `t` on. The fence key lives `FENCE_MEMORY` (an hour)
+//! longer than a lease: [`Exp::Long`], beyond every bound of the model.
+
+/// A logical instant (ticks).
+pub type Time = u8;
+
+/// The lease length (`ARGV[2]` of acquire), in ticks.
+pub const LEASE: Time = 2;
+/// How much longer a waiter's place is kept than the sleep it was told
+/// (`PLACE_GRACE`, `ARGV[4]` of acquire), in ticks.
+pub const GRACE: Time = 1;
+/// The PTTL the model gives a key of [`Exp::Long`]: more than any bound.
+pub const LONG: i32 = 1000;
+
+/// An owner token: one acquisition (`gen`) of one client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tok {
+    pub client: u8,
+    pub r#gen: u8,
+}
+
+/// A key's expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Exp {
+    /// Gone at this tick.
+    At(Time),
+    /// The fence's hour: beyond the model's horizon.
+    Long,
+    /// No expiry at all (a key that would stay forever).
+    Persist,
+}
+
+impl Exp {
+    /// PTTL at `now` of an existing key.
+    pub fn pttl(self, now: Time) -> i32 {
+        match self {
+            Exp::At(t) => i32::from(t) - i32::from(now),
+            Exp::Long => LONG,
+            Exp::Persist => -1,
+        }
+    }
+
+    fn gone(self, now: Time) -> bool {
+        matches!(self, Exp::At(t) if t <= now)
+    }
+}
+
+/// The lock key: the owner token, with the line marker or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LockVal {
+    pub owner: Tok,
+    pub marked: bool,
+    pub exp: Time,
+}
+
+/// The fence key: the last fencing token, with the line marker or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FenceVal {
+    pub value: u32,
+    pub marked: bool,
+    pub exp: Exp,
+}
+
+/// Every Redis key of one lock.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Server {
+    pub lock: Option<LockVal>,
+    pub fence: Option<FenceVal>,
+    /// The line (a list; no key when empty).
+    pub line: Vec<Tok>,
+    /// The line key's expiry (meaningless when the line is empty).
+    pub line_exp: Option<Exp>,
+    /// The places hash: token -> kept until (no key when empty).
+    pub places: Vec<(Tok, Time)>,
+    pub places_exp: Option<Exp>,
+    /// The survival mark (`P{K}:survived`), gone at this tick.
+    pub survived: Option<Time>,
+}
+
+/// What acquire.lua answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AcqReply {
+    /// The fence, as a decimal string.
+    Granted(u32),
+    /// Not now: look again within this many ticks (negative: unknown).
+    Busy(i32),
+}
+
+/// What release.lua answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RelReply {
+    /// 0: not ours.
+    NotOurs,
+    /// 1: released, nobody in line.
+    Released,
+    /// Released, and this token is first in line (told `next:<token>`).
+    Next(Tok),
+}
+
+/// What a script did besides its reply, for the model's bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// acquire: a new grant (the `SET NX` path), not "already ours".
+    pub fresh: bool,
+    /// The token announced as next (`next:<token>` published).
+    pub announced: Option<Tok>,
+}
+
+impl Server {
+    /// Drop what expired by `now` (Redis does it lazily; the effect on
+    /// every later command is the same).
+    pub fn expire(&mut self, now: Time) {
+        if self.lock.is_some_and(|l| l.exp <= now) {
+            self.lock = None;
+        }
+        if self.fence.is_some_and(|f| f.exp.gone(now)) {
+            self.fence = None;
+        }
+        if self.line_exp.is_some_and(|e| e.gone(now)) {
+            self.line.clear();
+            self.line_exp = None;
+        }
+        if self.places_exp.is_some_and(|e| e.gone(now)) {
+            self.places.clear();
+            self.places_exp = None;
+        }
+        if self.survived.is_some_and(|t| t <= now) {
+            self.survived = None;
+        }
+    }
+
+    /// An emptied list or hash is no key (and has no expiry) in Redis.
+    fn tidy(&mut self) {
+        if self.line.is_empty() {
+            self.line_exp = None;
+        }
+        if self.places.is_empty() {
+            self.places_exp = None;
+        }
+    }
+
+    pub fn place(&self, tok: Tok) -> Option<Time> {
+        self.places
+            .iter()
+            .find(|(t, _)| *t == tok)
+            .map(|&(_, at)| at)
+    }
+
+    fn remove_place(&mut self, tok: Tok) -> bool {
+        let before = self.places.len();
+        self.places.retain(|(t, _)| *t != tok);
+        self.places.len() != before
+    }
+
+    fn lpop(&mut self) {
+        if !self.line.is_empty() {
+            self.line.remove(0);
+        }
+    }
+
+    /// PTTL of the line key (-2: no key, -1: no expiry).
+    fn line_pttl(&self, now: Time) -> i32 {
+        if self.line.is_empty() {
+            -2
+        } else {
+            self.line_exp.map_or(-1, |e| e.pttl(now))
+        }
+    }
+
+    /// acquire.lua's `first_in_line`: the first whose place is kept (the
+    /// caller's own counts), dropping lapsed places on the way.
+    fn first_in_line(&mut self, token: Tok, now: Time) -> Option<Tok> {
+        while let Some(&head) = self.line.first() {
+            if head == token {
+                return Some(head);
+            }
+            if self.place(head).unwrap_or(0) > now {
+                return Some(head);
+            }
+            self.lpop();
+            self.remove_place(head);
+        }
+        self.tidy();
+        None
+    }
+
+    /// acquire.lua's `mark_fence`: the value with the marker, living at
+    /// least as long as the line (max(FENCE_MEMORY, PTTL line): the hour).
+    fn mark_fence(&mut self, value: u32) {
+        self.fence = Some(FenceVal {
+            value,
+            marked: true,
+            exp: Exp::Long,
+        });
+    }
+
+    /// acquire.lua. `floor` is the server clock (`ARGV[5]` = 0); `grace`
+    /// is `ARGV[4]` (0: one try).
+    pub fn acquire(
+        &mut self,
+        token: Tok,
+        in_line: bool,
+        now: Time,
+        floor: u32,
+    ) -> (AcqReply, Effects) {
+        let out = 'script: {
+            let mut effects = Effects::default();
+            let mut head: Option<Option<Tok>> = None;
+            if self.lock.is_none() {
+                // SET NX PX.
+                self.lock = Some(LockVal {
+                    owner: token,
+                    marked: false,
+                    exp: now + LEASE,
+                });
+                // SET fence floor PX .. GET.
+                let old = self.fence.replace(FenceVal {
+                    value: floor,
+                    marked: false,
+                    exp: Exp::Long,
+                });
+                let last = old.map(|f| f.value);
+                let lined = old.is_some_and(|f| f.marked);
+                let fence = match last {
+                    Some(prior) if prior >= floor => prior + 1,
+                    _ => floor,
+                };
+                let plain = |s: &mut Server| {
+                    if fence != floor {
+                        s.fence = Some(FenceVal {
+                            value: fence,
+                            marked: false,
+                            exp: Exp::Long,
+                        });
+                    }
+                };
+                if !lined {
+                    plain(self);
+                    effects.fresh = true;
+                    break 'script (AcqReply::Granted(fence), effects);
+                }
+                let first = self.first_in_line(token, now);
+                head = Some(first);
+                if first.is_some_and(|h| h != token) {
+                    // Someone waits before us: undo (the counter goes back).
+                    self.lock = None;
+                    self.mark_fence(last.unwrap_or(0));
+                    // ... and on to "not now" below.
+                } else {
+                    if first.is_some() {
+                        self.lpop();
+                        self.remove_place(token);
+                        self.tidy();
+                    }
+                    if !self.line.is_empty() {
+                        self.mark_fence(fence);
+                        self.lock = Some(LockVal {
+                            owner: token,
+                            marked: true,
+                            exp: now + LEASE,
+                        });
+                    } else {
+                        plain(self);
+                    }
+                    effects.fresh = true;
+                    break 'script (AcqReply::Granted(fence), effects);
+                }
+            }
+            // Ours already: a retried call after a lost reply.
+            let holder = self.lock;
+            if let Some(l) = holder
+                && l.owner == token
+            {
+                self.lock = Some(LockVal {
+                    exp: now + LEASE,
+                    ..l
+                });
+                return (
+                    AcqReply::Granted(self.fence.map_or(0, |f| f.value)),
+                    effects,
+                );
+            }
+            let mut sleep = holder.map_or(-2, |l| i32::from(l.exp) - i32::from(now));
+            if sleep < 0 {
+                let first = *head.get_or_insert_with(|| self.first_in_line(token, now));
+                if let Some(h) = first
+                    && h != token
+                {
+                    sleep = i32::from(self.place(h).unwrap_or(0)) - i32::from(now);
+                }
+            }
+            if in_line {
+                let (value, counter_marked) = match self.fence {
+                    Some(f) => (f.value, f.marked),
+                    None => (0, false),
+                };
+                let keep = sleep.max(0) + i32::from(GRACE);
+                let until = (i32::from(now) + keep) as Time;
+                // HSET: a new field takes a place at the end of the line.
+                if let Some(slot) = self.places.iter_mut().find(|(t, _)| *t == token) {
+                    slot.1 = until;
+                } else {
+                    if self.places.is_empty() {
+                        self.places_exp = Some(Exp::Persist);
+                    }
+                    self.places.push((token, until));
+                    if self.line.is_empty() {
+                        self.line_exp = Some(Exp::Persist);
+                    }
+                    self.line.push(token);
+                }
+                if self.line_pttl(now) < keep {
+                    self.line_exp = Some(Exp::At(until));
+                    self.places_exp = Some(Exp::At(until));
+                }
+                let life = self.fence.map_or(-2, |f| f.exp.pttl(now));
+                if !counter_marked || (life >= 0 && life < keep) {
+                    let exp = match self.fence {
+                        Some(f) if life == -1 => f.exp,
+                        Some(f) if f.exp == Exp::Long => Exp::Long,
+                        _ => Exp::At((i32::from(now) + life.max(keep)) as Time),
+                    };
+                    self.fence = Some(FenceVal {
+                        value,
+                        marked: true,
+                        exp,
+                    });
+                }
+                if let Some(l) = holder
+                    && !l.marked
+                {
+                    self.lock = Some(LockVal { marked: true, ..l });
+                }
+            }
+            (AcqReply::Busy(sleep), effects)
+        };
+        self.tidy();
+        out
+    }
+
+    /// release.lua with keep 0 and announcements to the line only;
+    /// `mark`: the survival mark's life (`KEYS[4]`, `ARGV[6]`).
+    pub fn release(&mut self, token: Tok, now: Time, mark: Option<Time>) -> (RelReply, Effects) {
+        let mut effects = Effects::default();
+        let Some(l) = self.lock.filter(|l| l.owner == token) else {
+            return (RelReply::NotOurs, effects);
+        };
+        self.lock = None;
+        if let Some(life) = mark {
+            self.survived = Some(now + life.max(1));
+        }
+        match self.line.first().filter(|_| l.marked) {
+            Some(&next) => {
+                effects.announced = Some(next);
+                (RelReply::Next(next), effects)
+            }
+            None => (RelReply::Released, effects),
+        }
+    }
+
+    /// renew.lua for one lease.
+    pub fn renew(&mut self, token: Tok, now: Time) -> bool {
+        match self.lock {
+            Some(l) if l.owner == token => {
+                self.lock = Some(LockVal {
+                    exp: now + LEASE,
+                    ..l
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// abandon.lua.
+    pub fn abandon(&mut self, token: Tok) -> (bool, Effects) {
+        let mut effects = Effects::default();
+        let held = self.lock.is_some_and(|l| l.owner == token);
+        if held {
+            self.lock = None;
+        }
+        let placed = self.remove_place(token);
+        if placed && let Some(i) = self.line.iter().position(|t| *t == token) {
+            self.line.remove(i);
+        }
+        self.tidy();
+        if (held || placed) && self.lock.is_none() {
+            effects.announced = self.line.first().copied();
+        }
+        (held, effects)
+    }
+}

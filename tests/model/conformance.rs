@@ -1,0 +1,649 @@
+//! The model tied to the real scripts: random walks through the model
+//! (seeded, so the same every run), each replayed against a real
+//! `redis-server` with the real scripts (`leasehold::__private::*_SOURCE`)
+//! and the KEYS/ARGV the library sends. After every step the scripts'
+//! replies and every Redis key of the lock (lock value and marker, fence
+//! value, marker and life, line, places, their expiries, the survival
+//! mark) must be what the model says. A change to a script that the model
+//! does not know fails here.
+//!
+//! Time: one model tick is [`TICK_MS`] of lease time. Redis' clock cannot
+//! be moved, so a tick is replayed by moving the keys instead: every expiry
+//! is shortened by a tick (a key whose expiry reaches zero is deleted, as
+//! Redis would), and every place's "kept until" is set a tick earlier. The
+//! replay itself takes milliseconds, far less than a tick, so every step
+//! whose outcome depends on time (a lease or place running out, the sleep a
+//! busy reply names, a fence key made to outlive the line) is replayed, not
+//! only the timeless ones; durations are compared to the model's within a
+//! quarter of a tick.
+//!
+//! Restarts are `FLUSHDB`; a failover restores the replica's copy (`DUMP` at
+//! the model's `Replicate`, `RESTORE` with the expiries that ran since).
+//! The fence values are compared by order (the model's are the order of
+//! the issued fences; Redis' are the server clock in µs).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use leasehold::__private::{ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
+use leasehold_model::protocol::{Flight, Phase};
+use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, RelReply, Server, Tok};
+use leasehold_model::{Action, Config, Model, Protocol, World};
+use redis::{Connection, Script, Value};
+
+use crate::support::RedisServer;
+
+/// One model tick, in ms of Redis time.
+const TICK_MS: i64 = 10_000;
+/// How far a duration may be from the model's (the replay's own time).
+const SLACK_MS: i64 = TICK_MS / 4;
+/// `FENCE_MEMORY` (lock-core/src/backend/mod.rs): the fence key outlives
+/// a lease by an hour.
+const FENCE_MEMORY_MS: i64 = 3_600_000;
+
+const LOCK: &str = "leasehold:{model}:lock";
+const FENCE: &str = "leasehold:{model}:fence";
+const LINE: &str = "leasehold:{model}:line";
+const PLACES: &str = "leasehold:{model}:places";
+const SURVIVED: &str = "leasehold:{model}:survived";
+const CHANNEL: &str = "leasehold:{model}:released";
+const KEYS: [&str; 5] = [LOCK, FENCE, LINE, PLACES, SURVIVED];
+
+/// The owner token of a model token: 32 hex digits, ':' and a name, as
+/// lock-core's tokens.
+fn token(t: Tok) -> String {
+    format!(
+        "{:032x}:model-{}",
+        0x5eed_u128 << 100 | u128::from(t.client) << 8 | u128::from(t.r#gen),
+        t.client
+    )
+}
+
+fn tok_of(s: &str) -> Tok {
+    let hex = u128::from_str_radix(&s[..32], 16).expect("a model token");
+    Tok {
+        client: (hex >> 8) as u8,
+        r#gen: hex as u8,
+    }
+}
+
+/// The walks: what they may do.
+fn walk_config() -> Config {
+    Config {
+        clients: 3,
+        acquisitions: 2,
+        horizon: 10,
+        faults: 3,
+        client_faults: true,
+        restarts: true,
+        failovers: true,
+        restart_grace: false,
+        one_try: true,
+        liveness: false,
+        late_changes: false,
+    }
+}
+
+/// xorshift64*: the walks are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+}
+
+/// A walk's steps: the action, and the states before and after.
+fn walk(model: &Protocol, rng: &mut Rng, steps: usize) -> Vec<(World, Action, World)> {
+    let mut state = model.init_states().remove(0);
+    let mut out = Vec::new();
+    let mut actions = Vec::new();
+    for _ in 0..steps {
+        actions.clear();
+        model.actions(&state, &mut actions);
+        if actions.is_empty() {
+            break;
+        }
+        let action = actions[rng.below(actions.len())];
+        let Some(next) = model.next_state(&state, action) else {
+            continue;
+        };
+        out.push((state, action, next.clone()));
+        state = next;
+    }
+    out
+}
+
+/// The name of an action's kind, for coverage.
+fn kind(action: Action) -> &'static str {
+    match action {
+        Action::Start(_, true) => "Start (waiting)",
+        Action::Start(_, false) => "Start (one try)",
+        Action::Apply(_) => "Apply",
+        Action::ApplyStray(_) => "ApplyStray",
+        Action::Deliver(_) => "Deliver",
+        Action::Retry(_) => "Retry",
+        Action::GiveUp(_) => "GiveUp",
+        Action::Wake(_) => "Wake",
+        Action::Renew(_) => "Renew",
+        Action::Release(_) => "Release",
+        Action::SeeChange(_) => "SeeChange",
+        Action::Tick => "Tick",
+        Action::Replicate => "Replicate",
+        Action::Cancel(_) => "Cancel",
+        Action::LoseReply(_) => "LoseReply",
+        Action::DropRequest(_) => "DropRequest",
+        Action::LateAbandon(_) => "LateAbandon",
+        Action::Crash(_) => "Crash",
+        Action::Restart => "Restart",
+        Action::Failover => "Failover",
+    }
+}
+
+/// The replica's copy: each key's DUMP and PTTL, and the ticks since.
+#[derive(Default)]
+struct Copy {
+    keys: Vec<(&'static str, Vec<u8>, i64)>,
+    ticks: i64,
+}
+
+/// One replay against Redis.
+struct Replay<'a> {
+    con: &'a mut Connection,
+    copy: Copy,
+    /// The real fence each model fence stands for, in this state.
+    fences: Vec<(u32, u64)>,
+    /// The real fence each client was told (with the model's).
+    told: BTreeMap<u8, (u32, u64)>,
+    /// The highest real fence issued, with the model's.
+    top: Option<(u32, u64)>,
+}
+
+fn cmd(con: &mut Connection, args: &[&str]) -> Value {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con).expect("a Redis command")
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8(b.clone()).expect("utf-8")),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Nil => None,
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn server_ms(con: &mut Connection) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    s * 1000 + us / 1000
+}
+
+impl Replay<'_> {
+    fn pttl(&mut self, key: &str) -> i64 {
+        int(&cmd(self.con, &["PTTL", key]))
+    }
+
+    /// A real fence stands for a model fence, consistently (same order,
+    /// same equalities, 0 for 0) with every other pair in this state.
+    fn pair(&mut self, model: u32, real: u64, what: &str) {
+        for &(m, r) in &self.fences {
+            assert_eq!(
+                m.cmp(&model),
+                r.cmp(&real),
+                "{what}: fence {real} stands for the model's {model}, but {r} stood for {m}"
+            );
+        }
+        assert_eq!(model == 0, real == 0, "{what}: fence 0 is 0 in both");
+        self.fences.push((model, real));
+    }
+
+    /// An expiry in Redis (PTTL now) against the model's.
+    fn expiry(&self, what: &str, pttl: i64, exp: Option<Exp>, now: u8) {
+        match exp {
+            None | Some(Exp::Persist) => {
+                assert_eq!(pttl, -1, "{what}: no expiry in the model, PTTL {pttl}")
+            }
+            Some(Exp::Long) => assert!(
+                pttl > FENCE_MEMORY_MS / 2,
+                "{what}: the fence's hour in the model, PTTL {pttl}"
+            ),
+            Some(Exp::At(t)) => {
+                let want = (i64::from(t) - i64::from(now)) * TICK_MS;
+                assert!(
+                    (pttl - want).abs() <= SLACK_MS,
+                    "{what}: PTTL {pttl}, the model says {want} ms"
+                );
+            }
+        }
+    }
+
+    /// Every key of the lock is what the model's server says.
+    fn compare(&mut self, w: &World, step: &str) {
+        let s = &w.server;
+        let now = w.now;
+        self.fences.clear();
+        let told: Vec<(u32, u64)> = self.told.values().copied().collect();
+        for (m, r) in told {
+            self.pair(m, r, "a fence told to a client");
+        }
+        if let Some((m, r)) = self.top {
+            self.pair(m, r, "the highest fence issued");
+        }
+        // The lock.
+        let lock = text(&cmd(self.con, &["GET", LOCK]));
+        match (&lock, s.lock) {
+            (None, None) => {}
+            (Some(v), Some(l)) => {
+                let (marked, owner) = v
+                    .strip_prefix('+')
+                    .map_or((false, v.as_str()), |o| (true, o));
+                assert_eq!(owner, token(l.owner), "{step}: lock owner");
+                assert_eq!(marked, l.marked, "{step}: lock marker ({v})");
+                let pttl = self.pttl(LOCK);
+                self.expiry(&format!("{step}: lock"), pttl, Some(Exp::At(l.exp)), now);
+            }
+            (real, model) => panic!("{step}: lock in Redis {real:?}, in the model {model:?}"),
+        }
+        // The fence.
+        let fence = text(&cmd(self.con, &["GET", FENCE]));
+        match (&fence, s.fence) {
+            (None, None) => {}
+            (Some(v), Some(f)) => {
+                let (marked, value) = v
+                    .strip_prefix('+')
+                    .map_or((false, v.as_str()), |o| (true, o));
+                assert_eq!(marked, f.marked, "{step}: fence marker ({v})");
+                let real: u64 = value.parse().expect("a fence");
+                self.pair(f.value, real, &format!("{step}: the fence key"));
+                let pttl = self.pttl(FENCE);
+                self.expiry(&format!("{step}: fence"), pttl, Some(f.exp), now);
+            }
+            (real, model) => panic!("{step}: fence in Redis {real:?}, in the model {model:?}"),
+        }
+        // The line.
+        let line: Vec<String> = redis::cmd("LRANGE")
+            .arg(LINE)
+            .arg(0)
+            .arg(-1)
+            .query(self.con)
+            .expect("LRANGE");
+        let want: Vec<String> = s.line.iter().map(|t| token(*t)).collect();
+        assert_eq!(line, want, "{step}: line");
+        if !s.line.is_empty() {
+            let pttl = self.pttl(LINE);
+            self.expiry(&format!("{step}: line"), pttl, s.line_exp, now);
+        }
+        // The places.
+        let places: BTreeMap<String, i64> = redis::cmd("HGETALL")
+            .arg(PLACES)
+            .query(self.con)
+            .expect("HGETALL");
+        let clock = server_ms(self.con);
+        let want: BTreeMap<String, u8> = s.places.iter().map(|(t, at)| (token(*t), *at)).collect();
+        assert_eq!(
+            places.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{step}: places"
+        );
+        for (t, at) in &want {
+            let left = places[t] - clock;
+            let model = (i64::from(*at) - i64::from(now)) * TICK_MS;
+            assert!(
+                (left - model).abs() <= SLACK_MS,
+                "{step}: place of {t} kept {left} ms more, the model says {model}"
+            );
+        }
+        if !s.places.is_empty() {
+            let pttl = self.pttl(PLACES);
+            self.expiry(&format!("{step}: places"), pttl, s.places_exp, now);
+        }
+        // The survival mark.
+        let pttl = self.pttl(SURVIVED);
+        match s.survived {
+            None => assert_eq!(pttl, -2, "{step}: no survival mark in the model"),
+            Some(t) => self.expiry(
+                &format!("{step}: survival mark"),
+                pttl,
+                Some(Exp::At(t)),
+                now,
+            ),
+        }
+    }
+
+    /// A tick: every expiry a tick shorter, every place a tick earlier.
+    fn tick(&mut self) {
+        for key in KEYS {
+            let pttl = self.pttl(key);
+            if pttl < 0 {
+                continue;
+            }
+            let left = pttl - TICK_MS;
+            if left < SLACK_MS {
+                cmd(self.con, &["DEL", key]);
+            } else {
+                cmd(self.con, &["PEXPIRE", key, &left.to_string()]);
+            }
+        }
+        self.shift_places(TICK_MS);
+        self.copy.ticks += 1;
+    }
+
+    fn shift_places(&mut self, by: i64) {
+        let places: BTreeMap<String, i64> = redis::cmd("HGETALL")
+            .arg(PLACES)
+            .query(self.con)
+            .expect("HGETALL");
+        for (t, at) in places {
+            cmd(self.con, &["HSET", PLACES, &t, &(at - by).to_string()]);
+        }
+    }
+
+    fn replicate(&mut self) {
+        self.copy = Copy::default();
+        for key in KEYS {
+            let dump: Value = redis::cmd("DUMP").arg(key).query(self.con).expect("DUMP");
+            if let Value::BulkString(bytes) = dump {
+                let pttl = self.pttl(key);
+                self.copy.keys.push((key, bytes, pttl));
+            }
+        }
+    }
+
+    fn fail_over(&mut self) {
+        cmd(self.con, &["FLUSHDB"]);
+        let ticks = self.copy.ticks;
+        for (key, bytes, pttl) in &self.copy.keys {
+            let left = if *pttl < 0 { 0 } else { pttl - ticks * TICK_MS };
+            if *pttl >= 0 && left < SLACK_MS {
+                continue;
+            }
+            let _: () = redis::cmd("RESTORE")
+                .arg(*key)
+                .arg(left)
+                .arg(bytes.as_slice())
+                .query(self.con)
+                .expect("RESTORE");
+        }
+        self.shift_places(ticks * TICK_MS);
+    }
+
+    fn acquire(&mut self, t: Tok, in_line: bool) -> Value {
+        let ttl = i64::from(LEASE) * TICK_MS;
+        Script::new(ACQUIRE_SOURCE)
+            .key(LOCK)
+            .key(FENCE)
+            .key(LINE)
+            .key(PLACES)
+            .arg(token(t))
+            .arg(ttl)
+            .arg(ttl + FENCE_MEMORY_MS)
+            .arg(if in_line {
+                i64::from(GRACE) * TICK_MS
+            } else {
+                0
+            })
+            .arg(0)
+            .invoke(self.con)
+            .expect("acquire.lua")
+    }
+
+    fn renew(&mut self, t: Tok) -> Vec<i64> {
+        Script::new(RENEW_SOURCE)
+            .key(LOCK)
+            .arg(token(t))
+            .arg(i64::from(LEASE) * TICK_MS)
+            .invoke(self.con)
+            .expect("renew.lua")
+    }
+
+    fn check_acquire(&mut self, real: &Value, model: AcqReply, client: u8, step: &str) {
+        match (real, model) {
+            (Value::BulkString(b), AcqReply::Granted(f)) => {
+                let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
+                self.told.insert(client, (f, real));
+                if self.top.is_none_or(|(m, _)| f > m) {
+                    self.top = Some((f, real));
+                }
+            }
+            (Value::Int(ms), AcqReply::Busy(sleep)) => {
+                if sleep < 0 {
+                    assert_eq!(*ms, i64::from(sleep), "{step}: busy reply");
+                } else {
+                    let want = i64::from(sleep) * TICK_MS;
+                    assert!(
+                        (ms - want).abs() <= SLACK_MS,
+                        "{step}: busy for {ms} ms, the model says {want}"
+                    );
+                }
+            }
+            (real, model) => panic!("{step}: acquire answered {real:?}, the model {model:?}"),
+        }
+    }
+
+    /// Replay one step: the scripts the model's server runs in it, and
+    /// what a tick, a restart, a replica or a failover does to the keys.
+    fn step(&mut self, before: &World, action: Action, after: &World, step: &str) {
+        let now = before.now;
+        if before.replica.is_some()
+            && matches!(
+                action,
+                Action::Apply(_) | Action::ApplyStray(_) | Action::LateAbandon(_)
+            )
+        {
+            // The replica has every write before this one (see the model's
+            // `failovers`).
+            self.replicate();
+        }
+        match action {
+            Action::Apply(c) | Action::LateAbandon(c) => {
+                let cl = &before.clients[usize::from(c)];
+                let t = cl.token(c);
+                let mut server: Server = before.server.clone();
+                match cl.phase {
+                    Phase::Acquiring { in_line, .. } => {
+                        let real = self.acquire(t, in_line);
+                        let (model, _) = server.acquire(t, in_line, now, before.clock);
+                        self.check_acquire(&real, model, c, step);
+                    }
+                    Phase::Holding { .. } => {
+                        let real = self.renew(t);
+                        let model = server.renew(t, now);
+                        assert_eq!(real, vec![i64::from(model)], "{step}: renew");
+                    }
+                    Phase::Releasing { .. } => {
+                        let mark = cl.gate.mark.filter(|&m| m > now).map(|m| m - now);
+                        let script = Script::new(RELEASE_SOURCE);
+                        let mut call = script.prepare_invoke();
+                        call.key(LOCK).key(LINE).key(PLACES);
+                        if mark.is_some() {
+                            call.key(SURVIVED);
+                        }
+                        call.arg(token(t)).arg(0).arg(CHANNEL).arg("PUBLISH").arg(0);
+                        if let Some(m) = mark {
+                            call.arg(i64::from(m.max(1)) * TICK_MS);
+                        }
+                        let real: Value = call.invoke(self.con).expect("release.lua");
+                        let (model, _) = server.release(t, now, mark);
+                        match (&real, model) {
+                            (Value::Int(0), RelReply::NotOurs)
+                            | (Value::Int(1), RelReply::Released) => {}
+                            (Value::BulkString(b), RelReply::Next(n)) => {
+                                let next = tok_of(std::str::from_utf8(b).unwrap());
+                                assert_eq!(next, n, "{step}: next");
+                            }
+                            (real, model) => {
+                                panic!("{step}: release answered {real:?}, the model {model:?}")
+                            }
+                        }
+                    }
+                    Phase::Abandoning { .. } => {
+                        let real: i64 = Script::new(ABANDON_SOURCE)
+                            .key(LOCK)
+                            .key(LINE)
+                            .key(PLACES)
+                            .arg(token(t))
+                            .arg(CHANNEL)
+                            .arg("PUBLISH")
+                            .invoke(self.con)
+                            .expect("abandon.lua");
+                        let (model, _) = server.abandon(t);
+                        assert_eq!(real, i64::from(model), "{step}: abandon");
+                        self.told.remove(&c);
+                    }
+                    _ => panic!("{step}: nothing to apply"),
+                }
+            }
+            Action::ApplyStray(c) => {
+                let (t, in_line) = before.clients[usize::from(c)].stray.expect("a stray");
+                let real = self.acquire(t, in_line);
+                let mut server = before.server.clone();
+                let (model, _) = server.acquire(t, in_line, now, before.clock);
+                // Nobody is told this fence; it is issued all the same.
+                if let (Value::BulkString(b), AcqReply::Granted(f)) = (&real, model) {
+                    let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
+                    if self.top.is_none_or(|(m, _)| f > m) {
+                        self.top = Some((f, real));
+                    }
+                } else {
+                    self.check_acquire(&real, model, u8::MAX, step);
+                }
+            }
+            Action::Start(..) | Action::Wake(_) | Action::Retry(_) => {
+                // The gate asks `EXISTS lock survived` of a closed key.
+                let model = before.server.lock.is_some() || before.server.survived.is_some();
+                let real = int(&cmd(self.con, &["EXISTS", LOCK, SURVIVED])) > 0;
+                assert_eq!(real, model, "{step}: survival evidence (EXISTS)");
+            }
+            Action::SeeChange(c) => {
+                // The holder's audit after a change: a renewal.
+                let cl = &before.clients[usize::from(c)];
+                let t = cl.token(c);
+                if let Phase::Holding { valid, .. } = cl.phase
+                    && now < valid
+                    && before.server.lock.is_some_and(|l| l.owner == t)
+                {
+                    let real = self.renew(t);
+                    assert_eq!(real, vec![1], "{step}: the audit's renewal");
+                }
+            }
+            Action::Tick => self.tick(),
+            Action::Replicate => self.replicate(),
+            Action::Restart => {
+                cmd(self.con, &["FLUSHDB"]);
+            }
+            Action::Failover => self.fail_over(),
+            Action::Deliver(_)
+            | Action::GiveUp(_)
+            | Action::Renew(_)
+            | Action::Release(_)
+            | Action::Cancel(_)
+            | Action::LoseReply(_)
+            | Action::DropRequest(_)
+            | Action::Crash(_) => {}
+        }
+        // The fences the clients hold, as the model renumbered them.
+        self.renumber(before, after);
+    }
+
+    /// The model keeps its fences as their order (renumbered after every
+    /// step): follow each client's fence to its new number.
+    fn renumber(&mut self, before: &World, after: &World) {
+        let fence_of = |w: &World, c: usize| match w.clients[c].phase {
+            Phase::Holding { fence, .. }
+            | Phase::Acquiring {
+                flight: Flight::Replied(AcqReply::Granted(fence)),
+                ..
+            } => Some(fence),
+            _ => None,
+        };
+        let mut told = BTreeMap::new();
+        for (&c, &(_, real)) in &self.told {
+            if let Some(f) = fence_of(after, usize::from(c)) {
+                told.insert(c, (f, real));
+            }
+        }
+        self.told = told;
+        let _ = before;
+        self.top = self.top.map(|(_, real)| (after.max_issued, real));
+    }
+}
+
+#[test]
+fn the_scripts_do_what_the_model_says() {
+    let server = RedisServer::start();
+    let mut con = server.connection().expect("a connection");
+    let model = Protocol {
+        config: walk_config(),
+    };
+    let mut rng = Rng(0x1ea5_e401d);
+    let started = Instant::now();
+    let walks = std::env::var("LEASEHOLD_MODEL_WALKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut steps = 0;
+    for n in 0..walks {
+        let trace = walk(&model, &mut rng, 40);
+        cmd(&mut con, &["FLUSHDB"]);
+        let mut replay = Replay {
+            con: &mut con,
+            copy: Copy::default(),
+            fences: Vec::new(),
+            told: BTreeMap::new(),
+            top: None,
+        };
+        for (i, (before, action, after)) in trace.iter().enumerate() {
+            let step = format!("walk {n} step {i} {action:?}");
+            replay.step(before, *action, after, &step);
+            replay.compare(after, &step);
+            *covered.entry(kind(*action)).or_default() += 1;
+            steps += 1;
+        }
+    }
+    println!(
+        "conformance: {walks} walks, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+        started.elapsed()
+    );
+    let every = [
+        "Start (waiting)",
+        "Start (one try)",
+        "Apply",
+        "ApplyStray",
+        "Deliver",
+        "Retry",
+        "GiveUp",
+        "Wake",
+        "Renew",
+        "Release",
+        "SeeChange",
+        "Tick",
+        "Replicate",
+        "Cancel",
+        "LoseReply",
+        "DropRequest",
+        "LateAbandon",
+        "Crash",
+        "Restart",
+        "Failover",
+    ];
+    let missing: Vec<&str> = every
+        .iter()
+        .copied()
+        .filter(|k| !covered.contains_key(k))
+        .collect();
+    assert!(missing.is_empty(), "the walks never took {missing:?}");
+}
