@@ -463,7 +463,19 @@ async fn a_lock_that_survived_a_restart_is_free_at_its_release() {
 /// was believed until its validity ran out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_check_after_a_restart_is_tried_again() {
-    let mut server = RedisServer::start();
+    // The ACL comes from a file, so that the restarted server refuses
+    // scripts from its first moment (before the client can reconnect).
+    let acl = std::env::temp_dir().join(format!(
+        "leasehold-restart-acl-{}-{}.acl",
+        std::process::id(),
+        line!()
+    ));
+    let write_acl = |rules: &str| {
+        std::fs::write(&acl, format!("user default on nopass ~* &* {rules}\n")).expect("ACL file");
+    };
+    write_acl("+@all");
+    let acl_arg = acl.display().to_string();
+    let mut server = RedisServer::start_with(&["--aclfile", &acl_arg]);
     let client = connect(&server).await;
     let ttl = Duration::from_secs(20);
     let guard = client
@@ -473,14 +485,15 @@ async fn a_failed_check_after_a_restart_is_tried_again() {
         .await
         .expect("acquire");
 
-    server.restart();
     // The restarted server answers INFO (the client sees the restart) but
     // refuses scripts: the check of the held leases fails.
-    server.cmd(&["ACL", "SETUSER", "default", "-evalsha", "-eval"]);
+    write_acl("+@all -evalsha -eval");
+    server.restart();
     touch(&client).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(guard.is_held(), "the check could not run yet");
     server.cmd(&["ACL", "SETUSER", "default", "+@all"]);
+    let _ = std::fs::remove_file(&acl);
     let told = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
     assert!(
         told.is_ok(),
