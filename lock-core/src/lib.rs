@@ -69,8 +69,8 @@
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →
 //! `waiting` (a waiter in line), `lease` (a held lease's lifetime),
-//! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/`,
-//! `redlock`, `memory`; `scripts/` with one `.lua` file and one typed
+//! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/` with
+//! `redis/redlock/`, `memory`; `scripts/` with one `.lua` file and one typed
 //! function per operation; `connect`, `listener`, `wakeups`) → `config`,
 //! `limits`, `token`, `info`, `error` (leaves). Each module imports only modules to
 //! its right.

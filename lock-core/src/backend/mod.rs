@@ -6,8 +6,9 @@
 //!   `ConnectionManager`; Redis Sentinel (feature `sentinel`), which follows
 //!   the primary across failovers; and Redis Cluster (feature `cluster`),
 //!   whose sharded pub/sub lives in `redis/sharded.rs`. The `gate` beside
-//!   them reads each server's identity (restarts, eviction policy);
-//! - [`redlock`]: N independent Redis masters, by majority;
+//!   them reads each server's identity (restarts, eviction policy). Beside
+//!   them too, `redis/redlock/`: N independent servers, by majority, each
+//!   one a single-server backend;
 //! - [`memory`]: the embedded in-process store with the same semantics;
 //! - `faulty` (feature `testing`): the in-memory store behind the controls
 //!   of `leasehold::testing` (steal, expire, unavailable, slow).
@@ -46,7 +47,6 @@ pub(crate) mod lazy;
 pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
-pub(crate) mod redlock;
 pub(crate) mod scripts;
 pub(crate) mod target;
 pub(crate) mod wakeups;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::Backend;
 use super::connect::{Address, ConnectOptions};
 use super::redis::gate::GatePolicy;
+use super::redis::redlock::RedlockBackend;
 use super::redis::server::Server;
-use super::redlock::RedlockBackend;
 use crate::error::LockError;
 
 /// The Redis deployment a client connects to.

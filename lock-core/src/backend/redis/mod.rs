@@ -7,7 +7,9 @@
 //!   tag, renewals grouped by slot, release announcements over sharded
 //!   pub/sub (`sharded`);
 //! - `sentinel` (feature `sentinel`): the primary of a Sentinel-monitored
-//!   set, discovered through the sentinels and followed across failovers.
+//!   set, discovered through the sentinels and followed across failovers;
+//! - [`redlock`]: independent masters, each a [`server`] backend, a lock
+//!   held by a majority of them (its vote counted in `redlock/tally.rs`).
 //!
 //! What the topologies share lives here: the scripts' calls and their
 //! retries (every script is safe to send again, so a command that hit a
@@ -20,6 +22,7 @@
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod gate;
+pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
