@@ -18,7 +18,7 @@ use super::redis::gate::GatePolicy;
 use super::target::Target;
 use super::wakeups::Wakeups;
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     ServerChange,
 };
 use crate::error::LockError;
@@ -167,10 +167,10 @@ impl Backend for LazyBackend {
         }
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         match self.backend() {
-            Ok(backend) => backend.release(giving),
-            Err(error) => refused(error.with_key(&giving.keys.key)),
+            Ok(backend) => backend.release(release),
+            Err(error) => refused(error.with_key(&release.keys.key)),
         }
     }
 

@@ -1,6 +1,6 @@
 //! The gate: what this client knows of a server's identity, and whether it
-//! may grant a lock there now (SPEC 13, "data loss is detected, not
-//! trusted").
+//! may grant a lock there now: data loss (a restart, a failover) is
+//! detected, not trusted.
 //!
 //! Its callers use three verbs: [`Gate::admit`] before an attempt (may this
 //! key be granted?), [`Gate::survived`] when the server shows that a key's

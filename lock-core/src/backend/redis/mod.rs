@@ -42,7 +42,7 @@ use super::listener::{Listener, Running};
 use super::scripts::{self, ScriptError};
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
 };
 use crate::error::LockError;
@@ -59,7 +59,7 @@ const RELEASE_IN_LINE: Duration = Duration::from_millis(300);
 
 /// One release's settings, for each try of it.
 #[derive(Debug, Clone, Copy)]
-struct Giving {
+struct ReleaseArgs {
     publish: &'static str,
     announce: scripts::Announce,
     mark: Option<Duration>,
@@ -67,14 +67,14 @@ struct Giving {
     deadline: Instant,
 }
 
-impl Giving {
+impl ReleaseArgs {
     async fn send<C: ConnectionLike>(
         self,
         con: &mut C,
         keys: &LockKeys,
         token: &str,
     ) -> Result<scripts::Released, ScriptError> {
-        let Giving {
+        let ReleaseArgs {
             publish,
             announce,
             mark,
@@ -273,7 +273,7 @@ impl<T: Topology> RedisBackend<T> {
         deadline: Instant,
         announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
-        let give = Giving {
+        let args = ReleaseArgs {
             publish: self.topology.publish(),
             announce,
             mark: self.gate.survival_mark(),
@@ -284,12 +284,12 @@ impl<T: Topology> RedisBackend<T> {
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
-                .call(|mut con| async move { give.send(&mut con, keys, token).await })
+                .call(|mut con| async move { args.send(&mut con, keys, token).await })
                 .await;
             match result {
-                Err(e) if give.retry(&e, delay) => {
+                Err(e) if args.retry(&e, delay) => {
                     if Instant::now() + delay >= in_line_until {
-                        self.release_in_background(keys, token, give, delay);
+                        self.release_in_background(keys, token, args, delay);
                         return Ok(scripts::Released {
                             owned: Owned::Yes,
                             next: None,
@@ -307,8 +307,14 @@ impl<T: Topology> RedisBackend<T> {
 
     /// Go on with a release the server keeps asking to retry, in a task of
     /// its own, until it lands (waking this client's waiters then) or
-    /// `give.deadline` passes (the lease runs out by itself).
-    fn release_in_background(&self, keys: &LockKeys, token: &str, give: Giving, delay: Duration) {
+    /// `args.deadline` passes (the lease runs out by itself).
+    fn release_in_background(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        args: ReleaseArgs,
+        delay: Duration,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -319,8 +325,8 @@ impl<T: Topology> RedisBackend<T> {
             let mut delay = delay;
             loop {
                 tokio::time::sleep(delay).await;
-                match give.send(&mut con.clone(), &keys, &token).await {
-                    Err(e) if give.retry(&e, delay) => {
+                match args.send(&mut con.clone(), &keys, &token).await {
+                    Err(e) if args.retry(&e, delay) => {
                         delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
                     }
                     Ok(released) => {
@@ -474,8 +480,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
-        let (keys, token, keep, deadline) = giving.parts();
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)

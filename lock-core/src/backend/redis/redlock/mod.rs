@@ -63,7 +63,7 @@ use crate::backend::connect::ConnectOptions;
 use crate::backend::scripts::{self, Raise};
 use crate::backend::wakeups::{Announcement, Wakeups};
 use crate::backend::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     clock_micros,
 };
 use crate::error::LockError;
@@ -378,8 +378,8 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
-        let (keys, token, keep, deadline) = giving.parts();
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
             // Each master is released by a task of its own, which goes on
             // after this returns (or is dropped): the masters that do not
