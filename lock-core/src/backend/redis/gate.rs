@@ -318,39 +318,52 @@ impl Gate {
         self.apply_as(identity, first, LostCause::Restarted)
     }
 
+    /// Refuse a server whose `maxmemory-policy` evicts lock keys, unless
+    /// allowed: at connect (`first`) with an error, later by granting
+    /// nothing there until the policy changes back.
+    fn judge_eviction(
+        &self,
+        state: &mut State,
+        policy: Option<&str>,
+        first: bool,
+    ) -> Result<(), LockError> {
+        let Some(policy) = policy.filter(|p| evicts(p)) else {
+            state.refused = None;
+            return Ok(());
+        };
+        if self.policy.allow_eviction {
+            if !state.warned_eviction {
+                state.warned_eviction = true;
+                tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
+            }
+            return Ok(());
+        }
+        let what = if policy.starts_with("allkeys-") {
+            "evicts any key, lock keys included"
+        } else {
+            "evicts keys that have a TTL, and every lock key has one"
+        };
+        let error = LockError::misconfigured(
+            &self.server,
+            format!(
+                "the server has maxmemory-policy `{policy}`, which {what} under memory \
+                 pressure, so a lock can be granted twice; set `maxmemory-policy noeviction` \
+                 on this server (the only policy that never evicts a lock key), or accept \
+                 the risk with LockClientBuilder::allow_eviction(true)"
+            ),
+        );
+        if first {
+            return Err(error);
+        }
+        tracing::error!(server = %self.server, policy, "leasehold: the server now evicts keys; refusing to grant locks there");
+        state.refused = Some(error);
+        Ok(())
+    }
+
     fn apply_as(&self, identity: Identity, first: bool, cause: LostCause) -> Result<(), LockError> {
         let now = Instant::now();
         let mut state = self.state();
-        if let Some(policy) = identity.policy.as_deref().filter(|p| evicts(p)) {
-            if self.policy.allow_eviction {
-                if !state.warned_eviction {
-                    state.warned_eviction = true;
-                    tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
-                }
-            } else {
-                let what = if policy.starts_with("allkeys-") {
-                    "evicts any key, lock keys included"
-                } else {
-                    "evicts keys that have a TTL, and every lock key has one"
-                };
-                let error = LockError::misconfigured(
-                    &self.server,
-                    format!(
-                        "the server has maxmemory-policy `{policy}`, which {what} under memory \
-                         pressure, so a lock can be granted twice; set `maxmemory-policy noeviction` \
-                         on this server (the only policy that never evicts a lock key), or accept \
-                         the risk with LockClientBuilder::allow_eviction(true)"
-                    ),
-                );
-                if first {
-                    return Err(error);
-                }
-                tracing::error!(server = %self.server, policy, "leasehold: the server now evicts keys; refusing to grant locks there");
-                state.refused = Some(error);
-            }
-        } else {
-            state.refused = None;
-        }
+        self.judge_eviction(&mut state, identity.policy.as_deref(), first)?;
 
         // `uptime_in_seconds` is whole seconds and may read up to 1 s
         // high: count one second less, the safe direction.
