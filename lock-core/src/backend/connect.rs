@@ -105,6 +105,21 @@ impl Address {
     }
 }
 
+/// Parse every URL of a deployment; the first error shows its URL redacted.
+pub(crate) fn parse_all(urls: &[String]) -> Result<Vec<Address>, LockError> {
+    urls.iter().map(|url| Address::parse(url)).collect()
+}
+
+/// The addresses as messages show them, joined by `separator`.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) fn shown_all<'a>(
+    addresses: impl IntoIterator<Item = &'a Address>,
+    separator: &str,
+) -> String {
+    let shown: Vec<&str> = addresses.into_iter().map(|a| a.shown.as_str()).collect();
+    shown.join(separator)
+}
+
 /// Make rustls usable: install the `ring` provider as the process default
 /// unless the application installed one already (then that one is kept).
 /// Without a default, rustls panics when redis-rs builds its TLS settings.

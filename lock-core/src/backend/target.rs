@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Backend;
-use super::connect::{Address, ConnectOptions};
+use super::connect::{ConnectOptions, parse_all};
 use super::redis::gate::GatePolicy;
 use super::redis::redlock::RedlockBackend;
 use super::redis::server::Server;
@@ -86,8 +86,7 @@ impl Target {
                 sentinels.as_slice()
             }
         };
-        urls.iter()
-            .try_for_each(|url| Address::parse(url).map(drop))
+        parse_all(urls).map(drop)
     }
 
     /// The servers, credentials redacted, for messages before a connection.
@@ -111,12 +110,15 @@ impl Target {
         }
     }
 
-    /// Connect, and check the server(s) within the connect timeout.
+    /// Connect, and check the server(s) within the connect timeout. What
+    /// [`check`](Self::check) refuses is refused here too, before any
+    /// connection: the backends take the target as checked.
     pub(crate) async fn open(
         &self,
         options: &ConnectOptions,
         policy: GatePolicy,
     ) -> Result<Arc<dyn Backend>, LockError> {
+        self.check()?;
         Ok(match self {
             Target::Server(url) => {
                 Arc::new(Server::connect(url, options, policy, Arc::default()).await?)

@@ -41,7 +41,9 @@ use tokio::sync::mpsc;
 use super::gate::{Gate, GatePolicy};
 use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
 use super::{RedisBackend, Topology, scan_command};
-use crate::backend::connect::{Address, ConnectOptions, backend_error, within_connect_timeout};
+use crate::backend::connect::{
+    ConnectOptions, backend_error, parse_all, shown_all, within_connect_timeout,
+};
 use crate::backend::listener::Running;
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Wakeups;
@@ -67,24 +69,15 @@ pub(crate) struct Cluster {
 pub(crate) type ClusterBackend = RedisBackend<Cluster>;
 
 impl Cluster {
-    /// Connect through any of the cluster's nodes (the others are discovered).
+    /// Connect through any of the cluster's nodes (the others are
+    /// discovered); `urls` as checked by `Target::check`.
     pub(crate) async fn connect(
         urls: &[String],
         options: &ConnectOptions,
         policy: GatePolicy,
     ) -> Result<ClusterBackend, LockError> {
-        if urls.is_empty() {
-            return Err(LockError::invalid(
-                "urls",
-                "a Redis Cluster needs the URL of at least one of its nodes",
-            ));
-        }
-        let addresses = urls
-            .iter()
-            .map(|url| Address::parse(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        let shown: Vec<&str> = addresses.iter().map(|a| a.shown.as_str()).collect();
-        let server = format!("cluster[{}]", shown.join(", "));
+        let addresses = parse_all(urls)?;
+        let server = format!("cluster[{}]", shown_all(&addresses, ", "));
         let nodes: Vec<ConnectionInfo> = addresses.into_iter().map(|a| a.info).collect();
 
         let client = build_client(cluster_builder(&nodes, options), &server)?;

@@ -40,7 +40,7 @@ use super::gate::{Gate, GatePolicy};
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, within_connect_timeout,
+    Address, ConnectOptions, backend_error, connect_manager, shown_all, within_connect_timeout,
 };
 use crate::backend::listener::{PubSubConnection, Running};
 use crate::backend::wakeups::Wakeups;
@@ -185,37 +185,18 @@ fn split_sentinel_url(url: &str) -> Result<(String, PrimaryTemplate), LockError>
 }
 
 impl Sentinel {
-    /// Find the primary of `master_name` through `sentinels`, connect and
-    /// check it, and start following it.
+    /// Find the primary of `master_name` through `sentinels` (as checked
+    /// by `Target::check`), connect and check it, and start following it.
     pub(crate) async fn connect(
         master_name: &str,
         sentinel_urls: &[String],
         options: &ConnectOptions,
         policy: GatePolicy,
     ) -> Result<SentinelBackend, LockError> {
-        if master_name.is_empty() {
-            return Err(LockError::invalid(
-                "master_name",
-                "the name of the monitored set is empty",
-            ));
-        }
-        let mut sentinels = Vec::new();
-        let mut template = None;
-        for url in sentinel_urls {
-            let (sentinel_url, primary) = split_sentinel_url(url)?;
-            sentinels.push(Address::parse(&sentinel_url)?);
-            template.get_or_insert(primary);
-        }
-        let Some(template) = template else {
-            return Err(LockError::invalid("sentinels", "no sentinel URL given"));
-        };
+        let (sentinels, template) = parse_sentinels(sentinel_urls)?;
         let shown = format!(
             "sentinel `{master_name}` via {}",
-            sentinels
-                .iter()
-                .map(|s| s.shown.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            shown_all(&sentinels, ",")
         );
         let gate = Arc::new(Gate::new(&shown, policy));
         let wakeups: Arc<Wakeups> = Arc::default();
@@ -238,16 +219,7 @@ impl Sentinel {
             pubsub: Mutex::new(None),
             _alive: alive,
         });
-        let (switches_tx, switches_rx) = mpsc::unbounded_channel();
-        for sentinel in &shared.sentinels {
-            tokio::spawn(hear_switches(
-                sentinel.clone(),
-                sentinel.client(options)?,
-                master_name.to_owned(),
-                switches_tx.clone(),
-                alive_rx.clone(),
-            ));
-        }
+        let switches_rx = shared.hear_switches(alive_rx)?;
         tokio::spawn(follow(
             Arc::downgrade(&shared),
             Arc::downgrade(&gate),
@@ -260,7 +232,42 @@ impl Sentinel {
     }
 }
 
+/// The sentinels' addresses, and the template of the primary's URL (from
+/// the first sentinel URL).
+fn parse_sentinels(urls: &[String]) -> Result<(Vec<Address>, PrimaryTemplate), LockError> {
+    let mut sentinels = Vec::new();
+    let mut template = None;
+    for url in urls {
+        let (sentinel_url, primary) = split_sentinel_url(url)?;
+        sentinels.push(Address::parse(&sentinel_url)?);
+        template.get_or_insert(primary);
+    }
+    let Some(template) = template else {
+        return Err(LockError::invalid("sentinels", "no sentinel URL given"));
+    };
+    Ok((sentinels, template))
+}
+
 impl Shared {
+    /// Listen to every sentinel's `+switch-master` announcements for this
+    /// set, until `alive` is dropped; the switches arrive on the receiver.
+    fn hear_switches(
+        &self,
+        alive: watch::Receiver<()>,
+    ) -> Result<mpsc::UnboundedReceiver<()>, LockError> {
+        let (switches_tx, switches_rx) = mpsc::unbounded_channel();
+        for sentinel in &self.sentinels {
+            tokio::spawn(hear_switches(
+                sentinel.clone(),
+                sentinel.client(&self.options)?,
+                self.master_name.clone(),
+                switches_tx.clone(),
+                alive.clone(),
+            ));
+        }
+        Ok(switches_rx)
+    }
+
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Current> {
         self.current.read().unwrap_or_else(PoisonError::into_inner)
     }

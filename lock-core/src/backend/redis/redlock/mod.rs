@@ -83,19 +83,13 @@ pub(crate) struct RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Connect to every master; a majority must answer now, the others are
-    /// used once they do.
+    /// Connect to every master (`urls` as checked by `Target::check`); a
+    /// majority must answer now, the others are used once they do.
     pub(crate) async fn connect(
         urls: &[String],
         options: &ConnectOptions,
         policy: GatePolicy,
     ) -> Result<RedlockBackend, LockError> {
-        if urls.is_empty() {
-            return Err(LockError::invalid(
-                "urls",
-                "Redlock needs at least one master",
-            ));
-        }
         let wakeups: Arc<Wakeups> = Arc::default();
         let masters = urls
             .iter()
