@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use super::Backend;
-use super::connect::{ConnectOptions, parse_all};
-use super::redis::gate::GatePolicy;
+use super::connect::parse_all;
 use super::redis::redlock::RedlockBackend;
 use super::redis::server::Server;
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// The Redis deployment a client connects to.
@@ -115,28 +115,33 @@ impl Target {
     /// connection: the backends take the target as checked.
     pub(crate) async fn open(
         &self,
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<Arc<dyn Backend>, LockError> {
         self.check()?;
         Ok(match self {
             Target::Server(url) => {
-                Arc::new(Server::connect(url, options, policy, Arc::default()).await?)
+                Arc::new(Server::connect(url, settings, gate_settings, Arc::default()).await?)
             }
             Target::Redlock(urls) => {
-                Arc::new(RedlockBackend::connect(urls, options, policy).await?)
+                Arc::new(RedlockBackend::connect(urls, settings, gate_settings).await?)
             }
             #[cfg(feature = "cluster")]
-            Target::Cluster(urls) => {
-                Arc::new(super::redis::cluster::Cluster::connect(urls, options, policy).await?)
-            }
+            Target::Cluster(urls) => Arc::new(
+                super::redis::cluster::Cluster::connect(urls, settings, gate_settings).await?,
+            ),
             #[cfg(feature = "sentinel")]
             Target::Sentinel {
                 master_name,
                 sentinels,
             } => Arc::new(
-                super::redis::sentinel::Sentinel::connect(master_name, sentinels, options, policy)
-                    .await?,
+                super::redis::sentinel::Sentinel::connect(
+                    master_name,
+                    sentinels,
+                    settings,
+                    gate_settings,
+                )
+                .await?,
             ),
         })
     }

@@ -45,21 +45,15 @@ use tokio::time::Instant;
 
 use crate::backend::ServerChange;
 use crate::backend::connect::backend_error;
+use crate::config::GateSettings;
 use crate::error::{LockError, LostCause};
 
 /// How many keys' asks are kept before the expired ones are swept out.
 const SWEEP_AT: usize = 1024;
 
-/// What the client was told about eviction and restarts.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct GatePolicy {
-    pub(crate) restart_grace: Duration,
-    pub(crate) allow_eviction: bool,
-}
-
 pub(crate) struct Gate {
     server: String,
-    policy: GatePolicy,
+    settings: GateSettings,
     state: Mutex<State>,
     /// A change was seen and releases may have to leave the survival mark
     /// (a fast path: nothing to do in the common case).
@@ -116,10 +110,10 @@ pub(crate) struct Identity {
 }
 
 impl Gate {
-    pub(crate) fn new(server: &str, policy: GatePolicy) -> Gate {
+    pub(crate) fn new(server: &str, settings: GateSettings) -> Gate {
         Gate {
             server: server.to_owned(),
-            policy,
+            settings,
             state: Mutex::new(State {
                 sweep_at: SWEEP_AT,
                 ..State::default()
@@ -151,7 +145,7 @@ impl Gate {
             if now < until {
                 let reason = format!(
                     "it is younger than the restart grace ({:?}); a lock held before it started may still be relied on",
-                    self.policy.restart_grace
+                    self.settings.restart_grace
                 );
                 return Ok(Admission::Closed(self.refusal(key, reason, until - now)));
             }
@@ -304,8 +298,8 @@ impl Gate {
         let now = Instant::now();
         {
             let mut state = self.state();
-            if !self.policy.restart_grace.is_zero() {
-                state.young_until = later(state.young_until, now + self.policy.restart_grace);
+            if !self.settings.restart_grace.is_zero() {
+                state.young_until = later(state.young_until, now + self.settings.restart_grace);
             }
             // The new primary is another server: close as for a restart.
             state.close_asked(now, LostCause::FailedOver);
@@ -331,7 +325,7 @@ impl Gate {
             state.refused = None;
             return Ok(());
         };
-        if self.policy.allow_eviction {
+        if self.settings.allow_eviction {
             if !state.warned_eviction {
                 state.warned_eviction = true;
                 tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
@@ -370,11 +364,11 @@ impl Gate {
         if let Some(uptime) = identity
             .uptime
             .map(|u| u.saturating_sub(Duration::from_secs(1)))
-            && uptime < self.policy.restart_grace
+            && uptime < self.settings.restart_grace
         {
             state.young_until = later(
                 state.young_until,
-                now + (self.policy.restart_grace - uptime),
+                now + (self.settings.restart_grace - uptime),
             );
         }
         let restarted = match (&state.run_id, &identity.run_id) {
@@ -531,14 +525,14 @@ mod tests {
             policy: Some("volatile-lru".into()),
             ..Identity::default()
         };
-        let strict = Gate::new("redis://h", GatePolicy::default());
+        let strict = Gate::new("redis://h", GateSettings::default());
         let err = strict.apply(identity(), true).unwrap_err();
         assert!(err.to_string().contains("volatile-lru"), "{err}");
         let lenient = Gate::new(
             "redis://h",
-            GatePolicy {
+            GateSettings {
                 allow_eviction: true,
-                ..GatePolicy::default()
+                ..GateSettings::default()
             },
         );
         assert!(lenient.apply(identity(), true).is_ok());
@@ -554,7 +548,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_restart_closes_only_the_keys_asked_for_within_their_lease() {
-        let gate = Gate::new("redis://h", GatePolicy::default());
+        let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         let hour = Duration::from_secs(3600);
         // Asked for an hour an hour and a half ago: that lease has run out.
@@ -594,7 +588,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_closed_key_reopens_when_its_longest_lease_could_have_run_out() {
-        let gate = Gate::new("redis://h", GatePolicy::default());
+        let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         assert_eq!(
             gate.admit("k", Duration::from_secs(30)),
@@ -615,7 +609,7 @@ mod tests {
     async fn a_young_server_is_closed_for_every_key_until_the_grace_passed() {
         let gate = Gate::new(
             "redis://h",
-            GatePolicy {
+            GateSettings {
                 restart_grace: Duration::from_secs(10),
                 allow_eviction: false,
             },

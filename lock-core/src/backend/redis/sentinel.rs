@@ -36,14 +36,15 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, PushKind, RedisError, RedisFuture, Value};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::gate::{Gate, GatePolicy};
+use super::gate::Gate;
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, shown_all, within_connect_timeout,
+    Address, backend_error, connect_manager, shown_all, within_connect_timeout,
 };
 use crate::backend::listener::{PubSubConnection, Running};
 use crate::backend::wakeups::Wakeups;
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::{LockError, redact_url};
 
 /// The channel on which sentinels announce a new primary.
@@ -67,7 +68,7 @@ struct Shared {
     master_name: String,
     sentinels: Vec<Address>,
     template: PrimaryTemplate,
-    options: ConnectOptions,
+    settings: ConnectSettings,
     /// How messages show this set: its name and sentinels, redacted.
     shown: String,
     current: RwLock<Current>,
@@ -190,20 +191,20 @@ impl Sentinel {
     pub(crate) async fn connect(
         master_name: &str,
         sentinel_urls: &[String],
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<SentinelBackend, LockError> {
         let (sentinels, template) = parse_sentinels(sentinel_urls)?;
         let shown = format!(
             "sentinel `{master_name}` via {}",
             shown_all(&sentinels, ",")
         );
-        let gate = Arc::new(Gate::new(&shown, policy));
+        let gate = Arc::new(Gate::new(&shown, gate_settings));
         let wakeups: Arc<Wakeups> = Arc::default();
         let (pushes, pushes_rx) = mpsc::unbounded_channel();
 
-        let address = resolve(master_name, &sentinels, &template, options, &shown).await?;
-        let mut conn = open_primary(&address, options, pushes.clone()).await?;
+        let address = resolve(master_name, &sentinels, &template, settings, &shown).await?;
+        let mut conn = open_primary(&address, settings, pushes.clone()).await?;
         gate.check(&mut conn, true).await?;
 
         let (alive, alive_rx) = watch::channel(());
@@ -211,7 +212,7 @@ impl Sentinel {
             master_name: master_name.to_owned(),
             sentinels,
             template,
-            options: options.clone(),
+            settings: settings.clone(),
             shown: shown.clone(),
             current: RwLock::new(Current { address, conn }),
             kick: Arc::new(Notify::new()),
@@ -259,7 +260,7 @@ impl Shared {
         for sentinel in &self.sentinels {
             tokio::spawn(hear_switches(
                 sentinel.clone(),
-                sentinel.client(&self.options)?,
+                sentinel.client(&self.settings)?,
                 self.master_name.clone(),
                 switches_tx.clone(),
                 alive.clone(),
@@ -288,7 +289,7 @@ impl Shared {
             &self.master_name,
             &self.sentinels,
             &self.template,
-            &self.options,
+            &self.settings,
             &self.shown,
         )
         .await
@@ -296,7 +297,7 @@ impl Shared {
             Ok(address) => address,
             Err(error) => {
                 let known = self.current().address.clone();
-                if !matches!(is_primary(&known, &self.options).await, Ok(true)) {
+                if !matches!(is_primary(&known, &self.settings).await, Ok(true)) {
                     return Err(error);
                 }
                 tracing::debug!(%error, "leasehold: no sentinel answers; keeping the primary");
@@ -305,7 +306,7 @@ impl Shared {
         };
         let known = self.current().address.shown.clone();
         if address.shown != known {
-            let mut conn = open_primary(&address, &self.options, self.pushes.clone()).await?;
+            let mut conn = open_primary(&address, &self.settings, self.pushes.clone()).await?;
             let identity = gate.identify(&mut conn).await?;
             tracing::warn!(set = %self.master_name, from = %known, to = %address.shown, "leasehold: the primary failed over; held leases are checked on the new one");
             // The change is announced before any command of this client
@@ -325,7 +326,7 @@ impl Shared {
             gate.check(&mut conn, false).await?;
         }
         if let Some(pubsub) = self.pubsub() {
-            let moved = pubsub.move_to(&address, &self.options).await?;
+            let moved = pubsub.move_to(&address, &self.settings).await?;
             if moved {
                 wakeups.wake_all();
             }
@@ -345,7 +346,7 @@ async fn resolve(
     master_name: &str,
     sentinels: &[Address],
     template: &PrimaryTemplate,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     shown: &str,
 ) -> Result<Address, LockError> {
     let mut errors = Vec::new();
@@ -355,11 +356,11 @@ async fn resolve(
         errors.push(error.to_string());
     };
     for sentinel in sentinels {
-        match ask(master_name, sentinel, options).await {
+        match ask(master_name, sentinel, settings).await {
             Ok(Some((host, port))) => {
                 let address = Address::parse(&template.url(&host, port))?;
                 // A sentinel may name a primary that was just demoted.
-                match is_primary(&address, options).await {
+                match is_primary(&address, settings).await {
                     Ok(true) => return Ok(address),
                     Ok(false) => errors.push(format!("{} is not a primary", address.shown)),
                     Err(e) => failed(e, &mut errors),
@@ -384,36 +385,36 @@ async fn resolve(
 async fn ask(
     master_name: &str,
     sentinel: &Address,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
 ) -> Result<Option<(String, u16)>, LockError> {
-    let client = sentinel.client(options)?;
+    let client = sentinel.client(settings)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
-        options,
+        settings,
         &sentinel.shown,
     )
     .await?;
     let mut cmd = redis::cmd("SENTINEL");
     cmd.arg("get-master-addr-by-name").arg(master_name);
     let asking = cmd.query_async::<Option<(String, u16)>>(&mut con);
-    match tokio::time::timeout(options.response_timeout, asking).await {
+    match tokio::time::timeout(settings.response_timeout, asking).await {
         Ok(answer) => answer.map_err(|e| backend_error(&sentinel.shown, e)),
         Err(_) => Err(LockError::backend(&sentinel.shown, "no answer in time")),
     }
 }
 
 /// Whether the server at `address` says `ROLE` master.
-async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool, LockError> {
-    let client = address.client(options)?;
+async fn is_primary(address: &Address, settings: &ConnectSettings) -> Result<bool, LockError> {
+    let client = address.client(settings)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
-        options,
+        settings,
         &address.shown,
     )
     .await?;
     let cmd = redis::cmd("ROLE");
     let asking = cmd.query_async::<Value>(&mut con);
-    let role = match tokio::time::timeout(options.response_timeout, asking).await {
+    let role = match tokio::time::timeout(settings.response_timeout, asking).await {
         Ok(role) => role.map_err(|e| backend_error(&address.shown, e))?,
         Err(_) => return Err(LockError::backend(&address.shown, "no answer in time")),
     };
@@ -430,12 +431,12 @@ async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool,
 /// The command connection to a primary (RESP3, so it reports disconnections).
 async fn open_primary(
     address: &Address,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     pushes: mpsc::UnboundedSender<redis::PushInfo>,
 ) -> Result<ConnectionManager, LockError> {
     connect_manager(
-        address.resp3_client(options)?,
-        options,
+        address.resp3_client(settings)?,
+        settings,
         &address.shown,
         Some(pushes),
         false,
@@ -598,15 +599,15 @@ impl PubSub {
     async fn move_to(
         &self,
         address: &Address,
-        options: &ConnectOptions,
+        settings: &ConnectSettings,
     ) -> Result<bool, LockError> {
         let mut state = self.state.lock().await;
         if state.shown == address.shown {
             return Ok(false);
         }
         let mut conn = connect_manager(
-            address.resp3_client(options)?,
-            options,
+            address.resp3_client(settings)?,
+            settings,
             &address.shown,
             Some(self.pushes.clone()),
             true,
@@ -660,8 +661,8 @@ impl Topology for Sentinel {
             let address = self.shared.current().address.clone();
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                address.resp3_client(&self.shared.options)?,
-                &self.shared.options,
+                address.resp3_client(&self.shared.settings)?,
+                &self.shared.settings,
                 &address.shown,
                 Some(push_tx.clone()),
                 true,

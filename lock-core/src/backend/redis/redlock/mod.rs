@@ -57,15 +57,14 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use super::gate::GatePolicy;
 use super::server::Server;
-use crate::backend::connect::ConnectOptions;
 use crate::backend::scripts::{self, Raise};
 use crate::backend::wakeups::{Announcement, Wakeups};
 use crate::backend::{
     Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     clock_micros,
 };
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 use background::{Levelling, in_own_task, release_on};
 use fan_out::{Answers, Masters, NodeReply, Owner};
@@ -87,21 +86,21 @@ impl RedlockBackend {
     /// majority must answer now, the others are used once they do.
     pub(crate) async fn connect(
         urls: &[String],
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<RedlockBackend, LockError> {
         let wakeups: Arc<Wakeups> = Arc::default();
         let masters = urls
             .iter()
-            .map(|url| Server::connect_lazy(url, options, policy, wakeups.clone()))
+            .map(|url| Server::connect_lazy(url, settings, gate_settings, wakeups.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let backend = RedlockBackend {
             quorum: Quorum::of(masters.len()),
             masters: Masters::new(masters),
-            response_timeout: options.response_timeout,
+            response_timeout: settings.response_timeout,
             wakeups,
         };
-        backend.verify_majority(options.connect_timeout).await?;
+        backend.verify_majority(settings.connect_timeout).await?;
         Ok(backend)
     }
 
