@@ -10,7 +10,7 @@ use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
 use crate::info::LockInfo;
-use crate::limits::{validate_key, validate_prefix, validate_ttl};
+use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
 
@@ -341,21 +341,6 @@ impl LockClient {
     }
 }
 
-/// Refuse to go on outside a tokio runtime, where the Redis client (and
-/// leasehold's own timers and background tasks) would panic.
-pub(crate) fn require_runtime(operation: &str) -> Result<(), LockError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Ok(()),
-        Err(_) => Err(LockError::invalid(
-            "runtime",
-            format!(
-                "{operation} ran outside a tokio runtime; leasehold needs one, with time and I/O \
-                 enabled (#[tokio::main], or tokio::runtime::Builder::enable_all)"
-            ),
-        )),
-    }
-}
-
 fn into_info(found: Inspected) -> LockInfo {
     LockInfo::new(
         found.key,
@@ -506,15 +491,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_pem_certs("tls_ca", &pem) {
             self.invalid = Some(e);
         }
-        let certs = self
-            .settings
-            .connect
-            .tls
-            .get_or_insert(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: None,
-            });
-        certs.root_cert = Some(pem);
+        self.settings.connect.tls_certificates().root_cert = Some(pem);
         self
     }
 
@@ -533,15 +510,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_pem_certs("tls_client_cert", &client_cert) {
             self.invalid = Some(e);
         }
-        let certs = self
-            .settings
-            .connect
-            .tls
-            .get_or_insert(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: None,
-            });
-        certs.client_tls = Some(redis::ClientTlsConfig {
+        self.settings.connect.tls_certificates().client_tls = Some(redis::ClientTlsConfig {
             client_cert,
             client_key: key_pem.into(),
         });

@@ -100,6 +100,17 @@ impl Default for ConnectSettings {
     }
 }
 
+impl ConnectSettings {
+    /// The custom TLS certificates, made empty at first use.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_certificates(&mut self) -> &mut redis::TlsCertificates {
+        self.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        })
+    }
+}
+
 /// What each server's gate was told about eviction and restarts.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct GateSettings {

@@ -193,7 +193,7 @@ impl LockRequest {
         if let Some(max) = self.max_hold {
             validate_span("max_hold", max)?;
         }
-        crate::client::require_runtime("acquire")?;
+        crate::limits::require_runtime("acquire")?;
 
         // Re-entry: an enclosing `run` body of this task holds it.
         if let Some(lease) = reentrancy::find(self.client.settings.id, &self.key) {
