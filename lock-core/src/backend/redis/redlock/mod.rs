@@ -46,12 +46,11 @@
 //! votes; [`background`] holds what goes on after an operation returned
 //! (levelling fences, releasing on slow masters).
 
-use std::sync::Arc;
-
 mod background;
 mod fan_out;
 mod tally;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;

@@ -203,3 +203,98 @@ fn jitter(max: Duration) -> Duration {
     cap.mul_f64(f64::from(r) / f64::from(u16::MAX))
         .max(Duration::from_millis(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn busy(secs: u64) -> Result<Acquired, LockError> {
+        Ok(Acquired::Busy {
+            expires_in: Some(Duration::from_secs(secs)),
+        })
+    }
+
+    fn failed() -> Result<Acquired, LockError> {
+        Err(LockError::backend("n", "down"))
+    }
+
+    #[test]
+    fn a_majority_of_grants_wins_with_the_highest_fence() {
+        let mut tally = Tally::new(Quorum::of(5), TTL);
+        tally.count(0, Ok(Acquired::Yes { fence: 7 }));
+        tally.count(1, Ok(Acquired::Yes { fence: 9 }));
+        assert!(!tally.settled());
+        tally.count(2, Ok(Acquired::Yes { fence: 8 }));
+        assert!(tally.settled());
+        assert_eq!(tally.fence(), Some(9));
+    }
+
+    #[test]
+    fn enough_refusals_settle_a_lost_vote() {
+        let mut tally = Tally::new(Quorum::of(5), TTL);
+        tally.count(0, busy(4));
+        tally.count(1, failed());
+        assert!(!tally.settled(), "3 of 5 may still grant");
+        tally.count(2, busy(2));
+        assert!(tally.settled());
+        assert_eq!(tally.fence(), None);
+        assert!(matches!(
+            tally.outcome(),
+            Outcome::Busy { expires_in } if expires_in == Duration::from_secs(2)
+        ));
+        assert_eq!(tally.into_refusing(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn failures_beyond_the_spare_are_unreachable_and_a_foreign_value_comes_first() {
+        let mut tally = Tally::new(Quorum::of(3), TTL);
+        tally.count(0, failed());
+        tally.count(1, failed());
+        assert!(matches!(
+            tally.outcome(),
+            Outcome::Unreachable { granted: 0 }
+        ));
+        tally.count(
+            2,
+            Err(LockError::WrongType {
+                key: "k".into(),
+                redis_key: "leasehold:{k}:lock".into(),
+            }),
+        );
+        assert!(matches!(tally.outcome(), Outcome::WrongType(_)));
+    }
+
+    #[test]
+    fn a_won_vote_that_is_not_taken_is_too_late_and_a_split_vote_pauses() {
+        let mut won = Tally::new(Quorum::of(3), TTL);
+        won.count(0, Ok(Acquired::Yes { fence: 1 }));
+        won.count(1, Ok(Acquired::Yes { fence: 1 }));
+        assert!(matches!(won.outcome(), Outcome::TooLate { granted: 2 }));
+
+        let mut split = Tally::new(Quorum::of(3), TTL);
+        split.count(0, Ok(Acquired::Yes { fence: 1 }));
+        split.count(1, busy(5));
+        split.count_late(2, busy(5));
+        let Outcome::Busy { expires_in } = split.outcome() else {
+            panic!("a split vote is busy");
+        };
+        // A random pause of at most a tenth of the lease left (and 50 ms).
+        assert!(expires_in <= Duration::from_millis(50), "{expires_in:?}");
+    }
+
+    #[test]
+    fn ownership_needs_a_majority_either_way() {
+        let quorum = Quorum::of(3);
+        let yes = [Some(Owned::Yes), Some(Owned::Yes), None];
+        assert_eq!(quorum.decide(yes.into_iter()), Some(Owned::Yes));
+        let split = [Some(Owned::Yes), Some(Owned::No), None];
+        assert_eq!(quorum.decide(split.into_iter()), None);
+        let forced = [Some(Owned::No), Some(Owned::ForceReleased), None];
+        assert_eq!(
+            quorum.decide(forced.into_iter()),
+            Some(Owned::ForceReleased)
+        );
+    }
+}
