@@ -170,7 +170,7 @@ impl RedlockBackend {
     /// masters that are merely a little slower still answer within a short
     /// grace, so that what they grant is undone right away; a stalled master
     /// is not waited for. (A won vote needs no undo: late grants are ours
-    /// too.)
+    /// too, and levelled in the background.)
     async fn count_votes(&self, ttl: Duration, pending: &mut Answers<'static, Acquired>) -> Tally {
         let mut tally = Tally::new(self.quorum, ttl);
         while let Some((index, reply)) = pending.next().await {
@@ -179,15 +179,18 @@ impl RedlockBackend {
                 break;
             }
         }
-        if !tally.won() {
-            let grace = (self.node_timeout(ttl) / 4).min(SETTLE_GRACE);
-            let _ = tokio::time::timeout(grace, async {
-                while let Some((index, reply)) = pending.next().await {
-                    tally.count_late(index, reply);
-                }
-            })
-            .await;
-        }
+        // After a won vote, only the grants already in are counted.
+        let grace = if tally.won() {
+            Duration::ZERO
+        } else {
+            (self.node_timeout(ttl) / 4).min(SETTLE_GRACE)
+        };
+        let _ = tokio::time::timeout(grace, async {
+            while let Some((index, reply)) = pending.next().await {
+                tally.count_late(index, reply);
+            }
+        })
+        .await;
         tally
     }
 
