@@ -100,7 +100,15 @@ impl IntoResponse for PayError {
         // After a Redis restart or failover, a lock that may still be held
         // unseen is refused for a while: the error says how long.
         let retry_after = err.retry_after().map(|d| d.as_secs() + 1);
-        let mut response = (status, Json(ErrorBody { error, key, retry_after })).into_response();
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error,
+                key,
+                retry_after,
+            }),
+        )
+            .into_response();
         if let Some(secs) = retry_after {
             response
                 .headers_mut()

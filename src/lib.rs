@@ -61,7 +61,8 @@
 //!
 //! ## What a lease guarantees, and what it does not
 //!
-//! See the README's table of guarantees and "Choosing a topology". In short:
+//! See the README's table of guarantees and the topology guide
+//! (`docs/topologies.md` in the repository). In short:
 //! only the owner (a 128-bit random token) can extend or release; every
 //! check-then-act is one Lua script; a guard knows its validity deadline and
 //! reports loss ([`LockGuard::is_held`], [`LockGuard::lost`]); a task
@@ -69,6 +70,24 @@
 //! release, not by polling; and [`LockGuard::fencing_token`] lets a storage
 //! layer reject a holder that was paused past its lease, which is the only
 //! protection against that case.
+//!
+//! ## Feature flags
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `cluster` | yes | Redis Cluster ([`LockClient::connect_cluster`]) |
+//! | `sentinel` | yes | Redis Sentinel ([`LockClient::connect_sentinel`]): the primary followed across failovers |
+//! | `tls` | no | `rediss://` URLs, custom CAs and client certificates (rustls) |
+//! | `metrics` | no | counters, histograms and gauges through the `metrics` facade ([`observability`]) |
+//! | `testing` | no | `leasehold::testing`: the fault kit for your own tests |
+//!
+//! ## More
+//!
+//! The repository's `docs/` folder has one page per topic: recipes (an
+//! axum handler, scheduled jobs), choosing a topology, reliability (the
+//! fault suite), operations (`inspect`, `list`, `force_release`, the
+//! `leasehold` command), observability, testing your code with the fault
+//! kit, how it works, and performance.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

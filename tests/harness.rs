@@ -348,3 +348,58 @@ fn support_info(node: &RedisServer, a: &str, b: &str) -> String {
 fn a_bad_argument_panics_with_the_server_output() {
     RedisServer::start_with(&["--no-such-directive", "1"]);
 }
+
+/// The real file a command name or path runs (`PATH` searched for a bare
+/// name), symlinks resolved.
+fn resolved_binary(bin: &str) -> std::path::PathBuf {
+    let path = if bin.contains('/') {
+        std::path::PathBuf::from(bin)
+    } else {
+        std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join(bin))
+                    .find(|candidate| candidate.is_file())
+            })
+            .unwrap_or_else(|| panic!("{bin} is not on PATH"))
+    };
+    std::fs::canonicalize(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The running process' binary, from `/proc/<pid>/exe`.
+fn binary_of(pid: u32) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/exe: {e}"))
+}
+
+/// One setting picks the server of every test: servers, replicas and the
+/// sentinels of a Sentinel set all run `LEASEHOLD_REDIS_SERVER` (the
+/// `.ci/servers.sh` matrix relies on it), and clusters form with it.
+#[test]
+fn every_process_runs_the_configured_server_binary() {
+    let wanted = resolved_binary(&support::server_bin());
+    let server = RedisServer::start();
+    let pid = server.info_field("server", "process_id") as u32;
+    assert_eq!(binary_of(pid), wanted, "a plain server");
+
+    let set = support::SentinelSet::start();
+    for port in set.sentinel_ports() {
+        let reply = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection())
+            .and_then(|mut con| redis::cmd("INFO").arg("server").query::<String>(&mut con))
+            .unwrap_or_else(|e| panic!("INFO from sentinel {port}: {e}"));
+        let pid: u32 = reply
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("sentinel {port}: no process_id in {reply}"));
+        assert_eq!(binary_of(pid), wanted, "sentinel on {port}");
+        assert!(
+            reply.contains("redis_mode:sentinel") || reply.contains("server_mode:sentinel"),
+            "{reply}"
+        );
+    }
+    let primary = set.node(set.primary_port());
+    let pid = primary.info_field("server", "process_id") as u32;
+    assert_eq!(binary_of(pid), wanted, "the sentinels' primary");
+}

@@ -174,7 +174,8 @@ async fn inspect_shows_holder_lease_token_and_line(setup: Setup) {
 
 /// `list` finds exactly the held locks whose keys match, across more keys
 /// than one SCAN page (and on Cluster across every primary).
-async fn list_finds_exactly_the_matching_locks(setup: &Setup) {
+/// Returns the guards: the locks stay held until the caller drops them.
+async fn list_finds_exactly_the_matching_locks(setup: &Setup) -> Vec<leasehold::LockGuard> {
     let client = setup.client("lister").await;
     let lease = Duration::from_secs(120);
     let mut guards = Vec::new();
@@ -216,7 +217,7 @@ async fn list_finds_exactly_the_matching_locks(setup: &Setup) {
         ["invoice:1", "invoice:2"]
     );
     assert!(client.list("nothing:*").await.expect("list").is_empty());
-    drop(guards);
+    guards
 }
 
 /// `force_release` frees a held lock (true) and wakes the waiter, whose
@@ -346,7 +347,8 @@ async fn cluster_inspect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_list_covers_every_primary() {
     let setup = Setup::cluster().await;
-    list_finds_exactly_the_matching_locks(&setup).await;
+    // Held while the nodes are looked at (a dropped guard releases at once).
+    let _held = list_finds_exactly_the_matching_locks(&setup).await;
     let Setup::Cluster(cluster) = &setup else {
         unreachable!()
     };

@@ -467,6 +467,18 @@ impl LockClientBuilder {
         self
     }
 
+    /// Use the server's native conditional commands where it offers them
+    /// (default `true`): Valkey ≥ 9.0's `DELIFEQ` for a plain release,
+    /// Valkey ≥ 8.1's `SET … IFEQ` to extend or renew one lease, Redis ≥
+    /// 8.4's `DELEX … IFEQ` and `SET … IFEQ`; read from the server's `INFO`
+    /// at connect and after every reconnection. Each is one atomic command
+    /// and cheaper for the server than the Lua script, which still serves
+    /// every other case. `false`: every operation is a Lua script.
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.settings.gate.lua_only = !on;
+        self
+    }
+
     /// Trust the CA certificate(s) in `pem` (PEM text, one or more
     /// `-----BEGIN CERTIFICATE-----` blocks) for `rediss://` servers,
     /// instead of the bundled web PKI roots: for a server whose certificate

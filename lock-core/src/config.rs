@@ -116,6 +116,9 @@ impl ConnectSettings {
 pub(crate) struct GateSettings {
     pub(crate) restart_grace: Duration,
     pub(crate) allow_eviction: bool,
+    /// Never use the server's native conditional commands: every
+    /// operation is its Lua script (`native_commands(false)`).
+    pub(crate) lua_only: bool,
 }
 
 /// `hostname:pid`.

@@ -316,9 +316,21 @@ async fn after_a_restart_a_lock_that_may_be_held_answers_503_with_retry_after() 
     assert_eq!(fresh.0, 200, "{}", fresh.1);
 
     let (status, body) = service.pay("12").await;
-    assert_eq!(status, 503, "{body}\n--- service output ---\n{}", service.output());
+    assert_eq!(
+        status,
+        503,
+        "{body}\n--- service output ---\n{}",
+        service.output()
+    );
     assert_eq!(key_of(&body), "order:12");
-    let retry = body["retry_after"].as_u64().unwrap_or_else(|| panic!("no retry_after in {body}"));
+    let retry = body["retry_after"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no retry_after in {body}"));
     assert!((1..=31).contains(&retry), "{body}");
-    assert!(body["error"].as_str().is_some_and(|e| e.contains("restarted")), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("restarted")),
+        "{body}"
+    );
 }

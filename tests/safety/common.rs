@@ -61,13 +61,11 @@ pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
 fn server_major_version() -> u32 {
     static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *MAJOR.get_or_init(|| {
-        let bin =
-            std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
-        let out = std::process::Command::new(bin)
+        let out = std::process::Command::new(crate::support::server_bin())
             .arg("--version")
             .output()
             .expect("redis-server --version");
-        // "Redis server v=7.0.15 sha=..."
+        // "Redis server v=7.0.15 sha=...", "Valkey server v=9.1.2 sha=..."
         String::from_utf8_lossy(&out.stdout)
             .split("v=")
             .nth(1)

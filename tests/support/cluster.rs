@@ -6,16 +6,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::server::{RedisServer, info_lookup, value_to_string};
+use super::server::{RedisServer, cli_bin, info_lookup, value_to_string};
 
 /// How long formation and slot migration may take before panicking.
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 const SLOTS: u16 = 16384;
-
-fn redis_cli_bin() -> String {
-    std::env::var("LEASEHOLD_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
-}
 
 /// N cluster-enabled masters on 127.0.0.1 owning all 16384 slots, 0 replicas.
 /// Dropping it kills every node.
@@ -278,13 +274,13 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        let out = Command::new(redis_cli_bin())
+        let out = Command::new(cli_bin())
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli_bin()));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli_bin()));
         if !out.status.success() {
             panic!(
                 "redis-cli --cluster create {} failed ({}):\n{}\n{}",

@@ -15,6 +15,11 @@
 //! * [`SentinelSet`]: a primary, two replicas (replicating through a fault
 //!   proxy) and three sentinels.
 //!
+//! Every server (sentinels included) runs `LEASEHOLD_REDIS_SERVER` (default
+//! `redis-server`), and clusters are formed with `LEASEHOLD_REDIS_CLI`
+//! (default `redis-cli`): `.ci/servers.sh` sets both for Valkey 9.1 and
+//! 8.1, Redis 8.2 and 6.2.
+//!
 //! The system Redis on 6379 is never used: ports are picked in 12000..22000
 //! (bus ports 22000..32000), below the kernel's ephemeral range.
 #![allow(dead_code)]
@@ -32,6 +37,6 @@ pub use proxy::{FaultProxy, ProxyMode};
 #[allow(unused_imports)]
 pub use sentinel::{MASTER_NAME, Passwords, SentinelSet};
 #[allow(unused_imports)]
-pub use server::{RedisServer, free_port, primary_with_replica};
+pub use server::{RedisServer, cli_bin, free_port, primary_with_replica, server_bin};
 #[allow(unused_imports)]
 pub use server::{freeze_process, thaw_process};

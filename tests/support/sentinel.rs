@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use redis::{IntoConnectionInfo, Value};
 
-use super::{FaultProxy, ProxyMode, RedisServer, free_port};
+use super::{FaultProxy, ProxyMode, RedisServer, free_port, server_bin};
 
 /// The name of the monitored set.
 pub const MASTER_NAME: &str = "mymaster";
@@ -71,16 +71,14 @@ impl SentinelProcess {
         std::fs::write(&path, conf).map_err(|e| format!("write {}: {e}", path.display()))?;
         let output = std::fs::File::create(dir.join("stderr.log")).map_err(|e| e.to_string())?;
         let output2 = output.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(
-            std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),
-        )
-        .arg(&path)
-        .arg("--sentinel")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(output))
-        .stderr(Stdio::from(output2))
-        .spawn()
-        .map_err(|e| format!("spawn sentinel: {e}"))?;
+        let child = Command::new(server_bin())
+            .arg(&path)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(output))
+            .stderr(Stdio::from(output2))
+            .spawn()
+            .map_err(|e| format!("spawn sentinel: {e}"))?;
         let mut sentinel = SentinelProcess {
             port,
             dir,

@@ -1,4 +1,4 @@
-//! One `redis-server` child process.
+//! One server child process (`redis-server`, or the one `LEASEHOLD_REDIS_SERVER` names).
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -31,8 +31,17 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `primary_with_replica` waits for the replication link.
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn redis_server_bin() -> String {
+/// The server binary every server and sentinel of the harness runs:
+/// `LEASEHOLD_REDIS_SERVER` (a path, e.g. a Valkey or an older Redis, see
+/// `.ci/servers.sh`), else `redis-server` from `PATH`.
+pub fn server_bin() -> String {
     std::env::var("LEASEHOLD_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The cli that forms clusters (`--cluster create`): `LEASEHOLD_REDIS_CLI`,
+/// else `redis-cli` from `PATH`.
+pub fn cli_bin() -> String {
+    std::env::var("LEASEHOLD_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
 }
 
 /// Ports handed out by this process: never handed out twice, because a stopped
@@ -413,7 +422,7 @@ impl RedisServer {
         let output2 = output
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot dup stderr.log: {e}"));
-        Command::new(redis_server_bin())
+        Command::new(server_bin())
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -426,7 +435,7 @@ impl RedisServer {
             .stdout(Stdio::from(output))
             .stderr(Stdio::from(output2))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", redis_server_bin()))
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", server_bin()))
     }
 
     /// Polls until the child answers PING on our port and is the one answering.

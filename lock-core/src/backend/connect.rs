@@ -186,7 +186,9 @@ fn misconfiguration(err: &RedisError) -> Option<String> {
              present one with LockClientBuilder::tls_client_cert"
         )
     } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
-        format!("{ACL_REFUSED} ({text}); see the minimal ACL rule in the README")
+        format!(
+            "{ACL_REFUSED} ({text}); see the minimal ACL rule in docs/topologies.md (TLS and ACL users)"
+        )
     } else if code == "NOAUTH" || text.contains("NOAUTH") {
         NO_PASSWORD.to_owned()
     } else if code == "WRONGPASS"

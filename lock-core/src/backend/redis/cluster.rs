@@ -88,11 +88,11 @@ impl Cluster {
             .await
             .map_err(|e| backend_error(&server, e))?;
         for script in scripts::all() {
-            // Routed to every node. Only saves a NOSCRIPT round trip later.
-            script
-                .load_async(&mut conn)
-                .await
-                .map_err(|e| backend_error(&server, e))?;
+            // Routed to every node. Saves a NOSCRIPT round trip later, and
+            // finds a node that cannot run Lua now.
+            script.load_async(&mut conn).await.map_err(|e| {
+                scripts::without_lua(&server, &e).unwrap_or_else(|| backend_error(&server, e))
+            })?;
         }
         let topology = Cluster {
             conn,
@@ -106,7 +106,11 @@ impl Cluster {
 
     /// Renew a batch spread over many slots: one script per slot, all in
     /// flight at once; results in the batch's order.
-    async fn renew_by_slot(&self, batch: &[Renewal]) -> Result<Vec<Owned>, ScriptError> {
+    async fn renew_by_slot(
+        &self,
+        batch: &[Renewal],
+        offered: &scripts::Offered,
+    ) -> Result<Vec<Owned>, ScriptError> {
         let mut groups: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (index, item) in batch.iter().enumerate() {
             groups
@@ -116,14 +120,14 @@ impl Cluster {
         }
         if groups.len() <= 1 {
             let mut con = self.conn.clone();
-            return scripts::renew(&mut con, batch).await;
+            return scripts::renew(&mut con, batch, offered).await;
         }
 
         let calls = groups.into_values().map(|indices| {
             let mut con = self.conn.clone();
             async move {
                 let items: Vec<Renewal> = indices.iter().map(|&i| batch[i].clone()).collect();
-                let codes = scripts::renew(&mut con, &items).await;
+                let codes = scripts::renew(&mut con, &items, offered).await;
                 (indices, codes)
             }
         });
@@ -267,8 +271,12 @@ impl Topology for Cluster {
         false
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
-        Box::pin(self.renew_by_slot(batch))
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal],
+        offered: &'a scripts::Offered,
+    ) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
+        Box::pin(self.renew_by_slot(batch, offered))
     }
 
     /// `SCAN` on every primary, all at once.

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 
 use crate::backend::ServerChange;
 use crate::backend::connect::backend_error;
+use crate::backend::scripts::{Natives, Offered};
 use crate::config::GateSettings;
 use crate::error::{LockError, LostCause};
 
@@ -65,6 +66,8 @@ pub(crate) struct Gate {
     verified: AtomicBool,
     /// Counts the disconnections of the command connection.
     connections: AtomicU64,
+    /// The native conditional commands the server offers (its `INFO`).
+    offered: Offered,
     changes: watch::Sender<ServerChange>,
 }
 
@@ -107,6 +110,8 @@ pub(crate) struct Identity {
     run_id: Option<String>,
     uptime: Option<Duration>,
     policy: Option<String>,
+    /// What its name and version say it offers (all nodes of a cluster).
+    natives: Option<Natives>,
 }
 
 impl Gate {
@@ -122,6 +127,7 @@ impl Gate {
             any_closed: AtomicBool::new(false),
             verified: AtomicBool::new(false),
             connections: AtomicU64::new(0),
+            offered: Offered::default(),
             changes: watch::channel(ServerChange::default()).0,
         }
     }
@@ -251,6 +257,11 @@ impl Gate {
         self.connections.load(Ordering::Acquire)
     }
 
+    /// The native conditional commands to use on this server now.
+    pub(crate) fn offered(&self) -> &Offered {
+        &self.offered
+    }
+
     /// Announcements of a changed server, for the leases held there.
     pub(crate) fn changes(&self) -> watch::Receiver<ServerChange> {
         self.changes.subscribe()
@@ -355,6 +366,9 @@ impl Gate {
     }
 
     fn apply_as(&self, identity: Identity, first: bool, cause: LostCause) -> Result<(), LockError> {
+        if let Some(natives) = identity.natives.filter(|_| !self.settings.lua_only) {
+            self.offered.learn(natives);
+        }
         let now = Instant::now();
         let mut state = self.state();
         self.judge_eviction(&mut state, identity.policy.as_deref(), first)?;
@@ -463,6 +477,7 @@ impl Identity {
         let mut identity = Identity::default();
         let mut texts = Vec::new();
         collect_texts(info, &mut texts);
+        identity.natives = Natives::common(&texts);
         for text in texts {
             for line in text.lines() {
                 let Some((field, value)) = line.trim().split_once(':') else {
@@ -612,12 +627,14 @@ mod tests {
             GateSettings {
                 restart_grace: Duration::from_secs(10),
                 allow_eviction: false,
+                lua_only: false,
             },
         );
         let identity = Identity {
             run_id: Some("a".into()),
             uptime: Some(Duration::from_secs(4)),
             policy: None,
+            natives: None,
         };
         assert!(gate.apply(identity, true).is_ok());
         let Ok(Admission::Closed(error)) = gate.admit("any", Duration::from_secs(1)) else {

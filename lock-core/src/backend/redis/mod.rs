@@ -68,11 +68,20 @@ struct ReleaseArgs {
 }
 
 impl ReleaseArgs {
+    /// Whether the release may go first as the server's native conditional
+    /// delete (see `scripts::native`): it deletes now (no `at_least` keep),
+    /// leaves no survival mark, and announces only to the line (Redlock's
+    /// waiters need every release announced: the script).
+    fn may_go_native(&self) -> bool {
+        self.keep.is_zero() && self.mark.is_none() && self.announce == scripts::Announce::ToTheLine
+    }
+
     async fn send<C: ConnectionLike>(
         self,
         con: &mut C,
         keys: &LockKeys,
         token: &str,
+        offered: &scripts::Offered,
     ) -> Result<scripts::Released, ScriptError> {
         let ReleaseArgs {
             publish,
@@ -81,6 +90,15 @@ impl ReleaseArgs {
             keep,
             ..
         } = self;
+        if self.may_go_native()
+            && scripts::native::release(con, offered, keys, token).await? == scripts::Native::Done
+        {
+            return Ok(scripts::Released {
+                owned: Owned::Yes,
+                next: None,
+                in_background: false,
+            });
+        }
         scripts::release(con, keys, token, keep, publish, announce, mark).await
     }
 
@@ -103,11 +121,16 @@ pub(crate) trait Topology: Send + Sync + 'static {
         "PUBLISH"
     }
 
-    /// Renew a batch in as few round trips as possible.
-    fn renew<'a>(&'a self, batch: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
+    /// Renew a batch in as few round trips as possible, with the native
+    /// commands `offered` has where they serve.
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal],
+        offered: &'a scripts::Offered,
+    ) -> BoxFuture<'a, Result<Vec<Owned>, ScriptError>> {
         Box::pin(async move {
             let mut con = self.connection();
-            scripts::renew(&mut con, batch).await
+            scripts::renew(&mut con, batch, offered).await
         })
     }
 
@@ -284,7 +307,9 @@ impl<T: Topology> RedisBackend<T> {
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
-                .call(|mut con| async move { args.send(&mut con, keys, token).await })
+                .call(|mut con| async move {
+                    args.send(&mut con, keys, token, self.gate.offered()).await
+                })
                 .await;
             match result {
                 Err(e) if args.retry(&e, delay) => {
@@ -319,13 +344,17 @@ impl<T: Topology> RedisBackend<T> {
             return;
         };
         let (con, wakeups) = (self.topology.connection(), self.listener.wakeups.clone());
+        let gate = self.gate.clone();
         let (keys, token, server) = (keys.clone(), token.to_owned(), self.server.clone());
         tracing::debug!(key = %keys.key, %server, "leasehold: the server keeps asking to retry the release; going on in the background");
         runtime.spawn(async move {
             let mut delay = delay;
             loop {
                 tokio::time::sleep(delay).await;
-                match args.send(&mut con.clone(), &keys, &token).await {
+                match args
+                    .send(&mut con.clone(), &keys, &token, gate.offered())
+                    .await
+                {
                     Err(e) if args.retry(&e, delay) => {
                         delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
                     }
@@ -405,7 +434,10 @@ impl<T: Topology> RedisBackend<T> {
 
     /// The renewal of a batch, through the topology.
     pub(crate) async fn renew_script(&self, batch: &[Renewal]) -> Result<Vec<Owned>, LockError> {
-        let result = self.resend_once(|| self.topology.renew(batch)).await;
+        let offered = self.gate.offered();
+        let result = self
+            .resend_once(|| self.topology.renew(batch, offered))
+            .await;
         result.map_err(|e| match e {
             ScriptError::Redis(e) => scripts::script_backend_error(&self.server, e),
             wrong @ ScriptError::WrongType { .. } => {

@@ -43,6 +43,7 @@ use crate::backend::connect::{
     Address, backend_error, connect_manager, shown_all, within_connect_timeout,
 };
 use crate::backend::listener::{PubSubConnection, Running};
+use crate::backend::scripts;
 use crate::backend::wakeups::Wakeups;
 use crate::config::{ConnectSettings, GateSettings};
 use crate::error::{LockError, redact_url};
@@ -206,6 +207,7 @@ impl Sentinel {
         let address = resolve(master_name, &sentinels, &template, settings, &shown).await?;
         let mut conn = open_primary(&address, settings, pushes.clone()).await?;
         gate.check(&mut conn, true).await?;
+        scripts::preload(&mut conn, &shown).await?;
 
         let (alive, alive_rx) = watch::channel(());
         let shared = Arc::new(Shared {

@@ -20,6 +20,7 @@ use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{Address, backend_error, connect_manager, manager_config};
 use crate::backend::listener::Running;
+use crate::backend::scripts;
 use crate::backend::wakeups::Wakeups;
 use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
@@ -94,10 +95,12 @@ impl ServerBackend {
         self.topology().conn.clone()
     }
 
-    /// Read the server's identity now (Redlock's nodes, at connect).
+    /// Read the server's identity now and load the scripts (at connect;
+    /// Redlock's nodes too): a server without Lua is refused here.
     pub(crate) async fn verify_now(&self) -> Result<(), LockError> {
         let mut con = self.topology().conn.clone();
-        self.gate().check(&mut con, true).await
+        self.gate().check(&mut con, true).await?;
+        scripts::preload(&mut con, self.server()).await
     }
 }
 

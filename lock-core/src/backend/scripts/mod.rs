@@ -1,5 +1,7 @@
 //! The Lua scripts: one `.lua` file per operation, each run atomically by
-//! Redis through `EVALSHA` (with an automatic `SCRIPT LOAD` on `NOSCRIPT`),
+//! Redis through `EVALSHA` of a script loaded with `SCRIPT LOAD` (at
+//! connect, and again on `NOSCRIPT`: Redis ≥ 8 and Valkey 9 evict scripts
+//! cached by `EVAL`, never `SCRIPT LOAD`ed ones; nothing here uses `EVAL`),
 //! and beside each one typed Rust function that builds its call (KEYS and
 //! ARGV in the order the `.lua` header documents) and decodes its reply.
 //! Backends call only these functions.
@@ -8,11 +10,15 @@
 //! `GET`-then-`DEL` anywhere. Every script is safe to send twice (a retry
 //! after a lost reply): acquire recognises its own token, the others only act
 //! on the caller's own token.
+//!
+//! [`native`] holds the native twins of release and renew, for servers that
+//! offer conditional commands; the scripts stay the whole truth.
 
 mod abandon;
 mod acquire;
 mod force_release;
 mod inspect;
+pub(crate) mod native;
 mod raise_fence;
 mod release;
 mod renew;
@@ -29,6 +35,7 @@ pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
+pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, release};
@@ -50,6 +57,59 @@ pub(crate) fn all() -> [&'static Script; 7] {
         &inspect::SCRIPT,
         &force_release::SCRIPT,
     ]
+}
+
+/// Load every script with `SCRIPT LOAD`, at connect: later calls find
+/// them cached, and a server that cannot run Lua (Valkey ≥ 9.1 ships Lua as
+/// a module some distributions package apart; a renamed-away `SCRIPT`) is a
+/// clear error now instead of a failure at the first lock, and so is an ACL
+/// rule without `script|load`. Any other error (a server still loading) is
+/// left to the first operation, which reports it.
+pub(crate) async fn preload<C: ConnectionLike>(con: &mut C, server: &str) -> Result<(), LockError> {
+    let mut pipe = redis::pipe();
+    for (_, _, source) in sources() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    match pipe.query_async::<Vec<String>>(con).await {
+        Ok(_) => Ok(()),
+        Err(e) => match without_lua(server, &e) {
+            Some(refused) => Err(refused),
+            // Loading works for one user only while another loaded the
+            // scripts since the server started: say so now, not after the
+            // next restart.
+            None if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoPerm) => {
+                Err(backend_error(server, e))
+            }
+            None => {
+                tracing::debug!(server, error = %e, "leasehold: the scripts could not be loaded at connect; the first operation will try again");
+                Ok(())
+            }
+        },
+    }
+}
+
+/// The error for a server that answered `SCRIPT LOAD` with an unknown
+/// command or no scripting engine: one that cannot run leasehold's scripts.
+pub(crate) fn without_lua(server: &str, err: &RedisError) -> Option<LockError> {
+    let text = err.to_string();
+    let lacks = [
+        "unknown command",
+        "unknown subcommand",
+        "scripting engine",
+        "no engine",
+    ]
+    .iter()
+    .any(|sign| text.contains(sign));
+    lacks.then(|| {
+        LockError::invalid(
+            "server",
+            format!(
+                "{server} cannot run Lua scripts (`SCRIPT LOAD` answered: {text}); leasehold needs \
+                 them for every lock operation: enable Lua on the server (on Valkey ≥ 9.1, load \
+                 its Lua module or install the package that ships it)"
+            ),
+        )
+    })
 }
 
 /// A script file, loaded once per process.
@@ -135,13 +195,19 @@ fn sources() -> [(&'static str, &'static Script, &'static str); 7] {
 /// the script's source line, so that the operator knows what to allow.
 fn refused_in_script(err: &RedisError) -> Option<String> {
     let text = err.to_string();
-    if !text.contains("user executing the script can't") {
+    // Valkey 9 says "ACL failure in script: User <u> has no permissions to
+    // run the '<command>' command script: on @user_script:<line>." (no SHA).
+    if !text.contains("user executing the script can't") && !text.contains("ACL failure in script")
+    {
         return None;
     }
     let sha = ["call to f_", "script: "].iter().find_map(|marker| {
-        let start = text.find(marker)? + marker.len();
-        text.get(start..start + 40)
-    })?;
+        text.match_indices(marker).find_map(|(at, _)| {
+            let start = at + marker.len();
+            text.get(start..start + 40)
+                .filter(|sha| sha.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+    });
     let line: usize = text
         .match_indices("@user_script:")
         .find_map(|(at, marker)| {
@@ -149,19 +215,35 @@ fn refused_in_script(err: &RedisError) -> Option<String> {
             let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
             digits.parse().ok()
         })?;
-    let (name, _, source) = sources()
-        .into_iter()
-        .find(|(_, script, _)| script.get_hash() == sha)?;
-    let code = source.lines().nth(line.checked_sub(1)?)?.trim();
+    let named = text
+        .split_once("run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command);
+    let code_at = |source: &'static str| source.lines().nth(line.checked_sub(1)?).map(str::trim);
+    // The script by its SHA; without one, the script whose line calls the
+    // command the server named.
+    let (name, code) = sources().into_iter().find_map(|(name, script, source)| {
+        let code = code_at(source)?;
+        let found = match (sha, named) {
+            (Some(sha), _) => script.get_hash() == sha,
+            (None, Some(command)) => code
+                .to_ascii_lowercase()
+                .contains(&format!("'{}'", command.to_ascii_lowercase())),
+            (None, None) => false,
+        };
+        found.then_some((name, code))
+    })?;
     // `typed(..)` raises with "(command X)"; `redis.call('X', ..)` is on the line.
     let command = text
         .split_once("(command ")
         .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(command, _)| command)
+        .or(named)
         .or_else(|| {
             code.split_once("call('")
                 .and_then(|(_, rest)| rest.split_once('\''))
-        })
-        .map(|(command, _)| command.to_owned());
+                .map(|(command, _)| command)
+        });
     let what = if text.contains("publish to the channel") {
         "publishing to the lock's channel (allow `&<prefix>*`, `&leasehold:*` by default)"
             .to_owned()
@@ -173,7 +255,7 @@ fn refused_in_script(err: &RedisError) -> Option<String> {
     };
     Some(format!(
         "{ACL_REFUSED}: {what}, called by leasehold's {name} script (line {line}: `{code}`); \
-         see the minimal ACL rule in the README. Redis said: {text}"
+         see the minimal ACL rule in docs/topologies.md (TLS and ACL users). Redis said: {text}"
     ))
 }
 

@@ -2,6 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
+use super::native::{self, Native, Offered};
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
@@ -21,11 +22,22 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 const CHUNK: usize = 1000;
 
 /// Renew every lease of `batch` (all in one slot on Cluster); one outcome
-/// per lease, in order.
+/// per lease, in order. A lone lease (an `extend`, a watchdog holding one
+/// lease on this server or slot) goes first as the native `SET … IFEQ`
+/// where `offered` has it, and to the script only if that did nothing. A
+/// larger batch is one script call: its `EVALSHA` costs once for up to
+/// [`CHUNK`] leases.
 pub(crate) async fn renew<C: ConnectionLike>(
     con: &mut C,
     batch: &[Renewal],
+    offered: &Offered,
 ) -> Result<Vec<Owned>, ScriptError> {
+    if let [one] = batch {
+        let done = native::renew(con, offered, &one.keys.lock, &one.token, one.ttl).await?;
+        if done == Native::Done {
+            return Ok(vec![Owned::Yes]);
+        }
+    }
     let mut out = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(CHUNK) {
         let mut cmd = evalsha(&SCRIPT, chunk.len());

