@@ -1,4 +1,4 @@
-//! [`LockGuard`]: proof of holding a lease, and the handle to keep or give it back.
+//! [`LockGuard`]: proof of holding a lease, and the handle to keep or release it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,7 @@ use crate::lease::Lease;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lease: Arc<Lease>,
-    /// Set by `release`, so that `drop` does not give the lease back twice.
+    /// Set by `release`, so that `drop` does not release the lease twice.
     released: bool,
 }
 

@@ -309,7 +309,7 @@ impl Lease {
     }
 
     /// One guard is done with the lease. `true` when it was the last one,
-    /// which must then give the lease back ([`release`](Self::release)).
+    /// which must then release the lease ([`release`](Self::release)).
     pub(crate) fn exit(&self) -> bool {
         self.holders.fetch_sub(1, Ordering::AcqRel) == 1
     }
