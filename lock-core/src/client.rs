@@ -3,16 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::connect::ConnectOptions;
 use crate::backend::lazy::LazyBackend;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::gate::GatePolicy;
 use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
-use crate::config::{ClientConfig, ReplicaSync};
+use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
 use crate::info::LockInfo;
-use crate::limits::{validate_key, validate_prefix, validate_ttl};
+use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
 
@@ -186,12 +184,12 @@ impl LockClient {
 
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
-        &self.shared.config.prefix
+        &self.shared.settings.prefix
     }
 
     /// The name operators see as the holder of this client's locks.
     pub fn name(&self) -> &str {
-        &self.shared.config.name
+        &self.shared.settings.name
     }
 
     /// Who holds the lock `key` now, for how much longer, with which fencing
@@ -280,7 +278,7 @@ impl LockClient {
         let found = self
             .shared
             .backend
-            .list(&self.shared.config.prefix, pattern)
+            .list(&self.shared.settings.prefix, pattern)
             .await?;
         let mut infos: Vec<LockInfo> = found.into_iter().map(into_info).collect();
         infos.sort_by(|a, b| a.key.cmp(&b.key));
@@ -329,32 +327,17 @@ impl LockClient {
     /// `force_release`): the key is checked as `lock` checks it.
     fn operator_keys(&self, key: &str) -> Result<LockKeys, LockError> {
         validate_key(key)?;
-        Ok(LockKeys::new(&self.shared.config.prefix, key))
+        Ok(LockKeys::new(&self.shared.settings.prefix, key))
     }
 
     fn from_backend(backend: Arc<dyn Backend>, builder: &LockClientBuilder) -> LockClient {
         LockClient {
             shared: Arc::new(Shared {
-                config: builder.config.for_new_client(),
+                settings: builder.settings.client.for_new_client(),
                 watchdog: Arc::new(Watchdog::new(backend.clone())),
                 backend,
             }),
         }
-    }
-}
-
-/// Refuse to go on outside a tokio runtime, where the Redis client (and
-/// leasehold's own timers and background tasks) would panic.
-pub(crate) fn require_runtime(operation: &str) -> Result<(), LockError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Ok(()),
-        Err(_) => Err(LockError::invalid(
-            "runtime",
-            format!(
-                "{operation} ran outside a tokio runtime; leasehold needs one, with time and I/O \
-                 enabled (#[tokio::main], or tokio::runtime::Builder::enable_all)"
-            ),
-        )),
     }
 }
 
@@ -372,9 +355,9 @@ impl std::fmt::Debug for LockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockClient")
             .field("backend", &self.shared.backend.describe())
-            .field("name", &self.shared.config.name)
-            .field("prefix", &self.shared.config.prefix)
-            .field("default_ttl", &self.shared.config.default_ttl)
+            .field("name", &self.shared.settings.name)
+            .field("prefix", &self.shared.settings.prefix)
+            .field("default_ttl", &self.shared.settings.default_ttl)
             .finish()
     }
 }
@@ -394,9 +377,7 @@ impl std::fmt::Debug for LockClient {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct LockClientBuilder {
-    config: ClientConfig,
-    options: ConnectOptions,
-    policy: GatePolicy,
+    settings: Settings,
     lazy: bool,
     invalid: Option<LockError>,
 }
@@ -409,7 +390,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_prefix(&prefix) {
             self.invalid = Some(e);
         }
-        self.config.prefix = prefix;
+        self.settings.client.prefix = prefix;
         self
     }
 
@@ -418,20 +399,20 @@ impl LockClientBuilder {
         if let Err(e) = validate_ttl(ttl) {
             self.invalid = Some(e);
         }
-        self.config.default_ttl = ttl;
+        self.settings.client.default_ttl = ttl;
         self
     }
 
     /// How long to wait for a connection to be established (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.options.connect_timeout = timeout;
+        self.settings.connect.connect_timeout = timeout;
         self
     }
 
     /// How long to wait for any one reply (default 2 s). A server that does
     /// not answer in time gives [`LockError::Backend`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.options.response_timeout = timeout;
+        self.settings.connect.response_timeout = timeout;
         self
     }
 
@@ -452,10 +433,10 @@ impl LockClientBuilder {
     /// backend has nothing to replicate and accepts it; Redlock and Cluster
     /// clients refuse a synced acquisition with [`LockError::InvalidArgument`].
     pub fn replica_sync(mut self, replicas: usize, timeout: Duration) -> Self {
-        self.config.replica_sync = ReplicaSync { replicas, timeout };
+        self.settings.client.replica_sync = ReplicaSync { replicas, timeout };
         let needed = timeout + Duration::from_secs(1);
-        if replicas > 0 && self.options.response_timeout < needed {
-            self.options.response_timeout = needed;
+        if replicas > 0 && self.settings.connect.response_timeout < needed {
+            self.settings.connect.response_timeout = needed;
         }
         self
     }
@@ -463,7 +444,7 @@ impl LockClientBuilder {
     /// Who holds a lock, as operators see it (`LockInfo::holder`, the CLI).
     /// Default: `hostname:pid`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.config.name = name.into();
+        self.settings.client.name = name.into();
         self
     }
 
@@ -473,7 +454,7 @@ impl LockClientBuilder {
     /// did not see the restart) hands out a lock that an old holder may
     /// still believe it has.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
-        self.policy.restart_grace = grace;
+        self.settings.gate.restart_grace = grace;
         self
     }
 
@@ -482,7 +463,7 @@ impl LockClientBuilder {
     /// at connect with an error naming the policy, since an evicted lock key
     /// lets a second holder in.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.policy.allow_eviction = allow;
+        self.settings.gate.allow_eviction = allow;
         self
     }
 
@@ -494,7 +475,7 @@ impl LockClientBuilder {
     /// and cheaper for the server than the Lua script, which still serves
     /// every other case. `false`: every operation is a Lua script.
     pub fn native_commands(mut self, on: bool) -> Self {
-        self.policy.lua_only = !on;
+        self.settings.gate.lua_only = !on;
         self
     }
 
@@ -522,11 +503,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_pem_certs("tls_ca", &pem) {
             self.invalid = Some(e);
         }
-        let certs = self.options.tls.get_or_insert(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: None,
-        });
-        certs.root_cert = Some(pem);
+        self.settings.connect.tls_certificates().root_cert = Some(pem);
         self
     }
 
@@ -545,11 +522,7 @@ impl LockClientBuilder {
         if let Err(e) = validate_pem_certs("tls_client_cert", &client_cert) {
             self.invalid = Some(e);
         }
-        let certs = self.options.tls.get_or_insert(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: None,
-        });
-        certs.client_tls = Some(redis::ClientTlsConfig {
+        self.settings.connect.tls_certificates().client_tls = Some(redis::ClientTlsConfig {
             client_cert,
             client_key: key_pem.into(),
         });
@@ -567,7 +540,7 @@ impl LockClientBuilder {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_key_label(mut self, on: bool) -> Self {
-        self.config.metrics_key_label = on;
+        self.settings.client.metrics_key_label = on;
         self
     }
 
@@ -615,9 +588,11 @@ impl LockClientBuilder {
         self.check_tls_urls(target.urls())?;
         require_runtime(operation)?;
         let backend: Arc<dyn Backend> = if self.lazy {
-            LazyBackend::start(target, self.options.clone(), self.policy)?
+            LazyBackend::start(target, self.settings.connect.clone(), self.settings.gate)?
         } else {
-            target.open(&self.options, self.policy).await?
+            target
+                .open(&self.settings.connect, self.settings.gate)
+                .await?
         };
         Ok(LockClient::from_backend(backend, &self))
     }
@@ -627,7 +602,7 @@ impl LockClientBuilder {
     /// unencrypted without a word: refused.
     fn check_tls_urls<S: AsRef<str>>(&self, urls: &[S]) -> Result<(), LockError> {
         #[cfg(feature = "tls")]
-        if let Some(certs) = &self.options.tls {
+        if let Some(certs) = &self.settings.connect.tls {
             let name = if certs.root_cert.is_some() {
                 "tls_ca"
             } else {

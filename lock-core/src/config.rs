@@ -1,4 +1,9 @@
 //! A client's settings, as given to its builder: plain data, a leaf module.
+//!
+//! [`Settings`] holds them in three parts, by who reads them: the requests
+//! ([`ClientSettings`]), the connections ([`ConnectSettings`]) and each
+//! server's gate ([`GateSettings`]). A request's own settings (its lease)
+//! are `LeaseSettings`, in `lease.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,9 +31,17 @@ impl Default for ReplicaSync {
     }
 }
 
+/// Everything a client's builder was told.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settings {
+    pub(crate) client: ClientSettings,
+    pub(crate) connect: ConnectSettings,
+    pub(crate) gate: GateSettings,
+}
+
 /// What every request of one client shares.
 #[derive(Debug, Clone)]
-pub(crate) struct ClientConfig {
+pub(crate) struct ClientSettings {
     /// Tells clients apart (re-entry is per client).
     pub(crate) id: u64,
     pub(crate) prefix: String,
@@ -40,9 +53,9 @@ pub(crate) struct ClientConfig {
     pub(crate) metrics_key_label: bool,
 }
 
-impl Default for ClientConfig {
+impl Default for ClientSettings {
     fn default() -> Self {
-        ClientConfig {
+        ClientSettings {
             id: 0,
             prefix: DEFAULT_PREFIX.to_owned(),
             default_ttl: DEFAULT_TTL,
@@ -53,14 +66,59 @@ impl Default for ClientConfig {
     }
 }
 
-impl ClientConfig {
+impl ClientSettings {
     /// A copy with a fresh client id.
-    pub(crate) fn for_new_client(&self) -> ClientConfig {
-        ClientConfig {
+    pub(crate) fn for_new_client(&self) -> ClientSettings {
+        ClientSettings {
             id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
             ..self.clone()
         }
     }
+}
+
+/// Timeouts and retries of Redis connections.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) reconnect_retries: usize,
+    /// Custom trust anchors and client certificate for `rediss://` (`None`:
+    /// the webpki root certificates, no client certificate).
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<redis::TlsCertificates>,
+}
+
+impl Default for ConnectSettings {
+    fn default() -> Self {
+        ConnectSettings {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            reconnect_retries: 2,
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+}
+
+impl ConnectSettings {
+    /// The custom TLS certificates, made empty at first use.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_certificates(&mut self) -> &mut redis::TlsCertificates {
+        self.tls.get_or_insert(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        })
+    }
+}
+
+/// What each server's gate was told about eviction and restarts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GateSettings {
+    pub(crate) restart_grace: Duration,
+    pub(crate) allow_eviction: bool,
+    /// Never use the server's native conditional commands: every
+    /// operation is its Lua script (`native_commands(false)`).
+    pub(crate) lua_only: bool,
 }
 
 /// `hostname:pid`.

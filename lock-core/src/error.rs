@@ -116,8 +116,8 @@ pub enum LockError {
 
     /// The lock cannot be granted now, although nothing is wrong with it or
     /// with the setup: the server restarted or failed over and may have
-    /// lost a lease of this key that another client still relies on
-    /// (semantic 13 of the contract), or it is younger than
+    /// lost a lease of this key that another client still relies on (a
+    /// lost lease is detected, never trusted), or it is younger than
     /// [`restart_grace`](crate::LockClientBuilder::restart_grace). Not
     /// [`Busy`](LockError::Busy): an HTTP service answers 503, with
     /// `Retry-After` from [`retry_after`](LockError::retry_after).

@@ -1,4 +1,4 @@
-//! [`LockGuard`]: proof of holding a lease, and the handle to keep or give it back.
+//! [`LockGuard`]: proof of holding a lease, and the handle to keep or release it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,7 @@ use crate::lease::Lease;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lease: Arc<Lease>,
-    /// Set by `release`, so that `drop` does not give the lease back twice.
+    /// Set by `release`, so that `drop` does not release the lease twice.
     released: bool,
 }
 
@@ -137,7 +137,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let lease = self.lease.clone();
-        if !lease.leave() {
+        if !lease.exit() {
             // An outer holder still has it.
             return if lease.is_held() {
                 Ok(())
@@ -145,30 +145,30 @@ impl LockGuard {
                 Err(lease.not_held())
             };
         }
-        let giving_back = GivingBack(Some(lease));
-        giving_back.finish().await
+        let releasing = ReleaseInProgress(Some(lease));
+        releasing.finish().await
     }
 }
 
 /// The last holder's release in progress: finished in the background if
 /// its future is dropped.
-struct GivingBack(Option<Arc<Lease>>);
+struct ReleaseInProgress(Option<Arc<Lease>>);
 
-impl GivingBack {
+impl ReleaseInProgress {
     async fn finish(mut self) -> Result<(), LockError> {
         let Some(lease) = self.0.clone() else {
             return Ok(());
         };
-        let result = lease.give_back().await;
+        let result = lease.release().await;
         self.0 = None;
         result
     }
 }
 
-impl Drop for GivingBack {
+impl Drop for ReleaseInProgress {
     fn drop(&mut self) {
         if let Some(lease) = self.0.take() {
-            lease.give_back_in_background();
+            lease.release_in_background();
         }
     }
 }
@@ -178,8 +178,8 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if self.lease.leave() {
-            self.lease.clone().give_back_in_background();
+        if self.lease.exit() {
+            self.lease.clone().release_in_background();
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Backend, GiveBack, LockKeys, Owned, Renewal};
+use crate::backend::{Backend, LockKeys, Owned, Release, Renewal};
 use crate::error::{LockError, LostCause};
 use crate::limits::validate_ttl;
 use crate::telemetry::{self, LeaseMetrics};
@@ -177,12 +177,12 @@ impl Lease {
     /// The lease is gone, for `cause` (first cause wins). The watchdog
     /// drops it at its next look (this may run inside the watchdog's own
     /// bookkeeping, so it must not call back into it).
-    /// Logged (WARN) and counted once, by `leave_held`.
+    /// Logged (WARN) and counted once, by `end_hold`.
     fn mark_lost(&self, cause: LostCause) {
-        self.leave_held(State::Lost(cause));
+        self.end_hold(State::Lost(cause));
     }
 
-    fn leave_held(&self, state: State) -> bool {
+    fn end_hold(&self, state: State) -> bool {
         let changed = {
             let mut status = self.status_mut();
             let held = status.state == State::Held;
@@ -309,8 +309,8 @@ impl Lease {
     }
 
     /// One guard is done with the lease. `true` when it was the last one,
-    /// which must then give the lease back ([`give_back`](Self::give_back)).
-    pub(crate) fn leave(&self) -> bool {
+    /// which must then release the lease ([`release`](Self::release)).
+    pub(crate) fn exit(&self) -> bool {
         self.holders.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
@@ -318,12 +318,12 @@ impl Lease {
     /// renewing, then delete the key, or with `at_least` leave it to expire
     /// at acquisition + `at_least`. Retried while the server asks to, until
     /// the validity ends.
-    pub(crate) async fn give_back(&self) -> Result<(), LockError> {
+    pub(crate) async fn release(&self) -> Result<(), LockError> {
         let span = telemetry::release_span(&self.keys.key, self.fence);
         let result = if span.is_disabled() {
-            self.give_back_unobserved().await
+            self.release_unobserved().await
         } else {
-            self.give_back_unobserved().instrument(span.clone()).await
+            self.release_unobserved().instrument(span.clone()).await
         };
         telemetry::release_outcome(&span, &result);
         match &result {
@@ -333,8 +333,8 @@ impl Lease {
         result
     }
 
-    async fn give_back_unobserved(&self) -> Result<(), LockError> {
-        let was_held = self.leave_held(State::Released);
+    async fn release_unobserved(&self) -> Result<(), LockError> {
+        let was_held = self.end_hold(State::Released);
         self.issuer.watchdog.untrack(self.id);
         // No renewal is sent from now on; one already on its way is let
         // land first (it goes to the same server, ahead of the release).
@@ -348,7 +348,7 @@ impl Lease {
         let outcome = self
             .issuer
             .backend
-            .release(GiveBack {
+            .release(Release {
                 keys: &self.keys,
                 token: &self.token,
                 keep,
@@ -375,14 +375,14 @@ impl Lease {
         }
     }
 
-    /// [`give_back`](Self::give_back) in the background (from `Drop`).
+    /// [`release`](Self::release) in the background (from `Drop`).
     /// Without a runtime (or on one shutting down) the lease expires by
     /// itself.
-    pub(crate) fn give_back_in_background(self: Arc<Self>) {
+    pub(crate) fn release_in_background(self: Arc<Self>) {
         self.issuer.watchdog.untrack(self.id);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(error) = self.give_back().await {
+                if let Err(error) = self.release().await {
                     tracing::debug!(%error, "leasehold: background release of a dropped guard failed");
                 }
             });

@@ -51,26 +51,28 @@
 //!
 //! # Data layout
 //!
-//! For a lock with key `K` under the default prefix:
+//! A lock with key `K` under the prefix `P` (default [`DEFAULT_PREFIX`],
+//! `leasehold:`) uses:
 //!
 //! | Redis name | type | content |
 //! | --- | --- | --- |
-//! | `leasehold:{K}:lock` | string, with expiry | the holder's owner token (128 random bits in hex, `:`, the client's name); its TTL is the lease |
-//! | `leasehold:{K}:fence` | integer, with expiry | the fencing counter, kept an hour past the last acquisition |
-//! | `leasehold:{K}:line` | list, with expiry | the line of waiters' tokens, first come first served |
-//! | `leasehold:{K}:places` | hash, with expiry | each waiter's token → until when its place is kept |
-//! | `leasehold:{K}:released` | pub/sub channel | release announcements (`SPUBLISH` on Cluster) |
-//! | `leasehold:{K}:forced` | string, with expiry | after [`LockClient::force_release`]: the owner token it took the lock from, until that lease would have ended (at least 1 s), so its holder learns [`LostCause::ForceReleased`] |
+//! | `P{K}:lock` | string, with expiry | the holder's owner token (128 random bits in hex, `:`, the client's name); its TTL is the lease |
+//! | `P{K}:fence` | integer, with expiry | the last fencing token: each acquisition issues max(last + 1, server clock in µs); forgotten an hour after the last acquisition |
+//! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
+//! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
+//! | `P{K}:released` | pub/sub channel | on a release with someone in line, `next:<token>` (the first in line); on Redlock, which keeps no line, every release, `free:<token>` when nobody is next (`SPUBLISH` on Cluster). A release nobody waits for publishes nothing |
+//! | `P{K}:survived` | string, with expiry | only shortly after a restart or failover: written by a release of a lease held across it, so that clients that closed the key see that its state survived |
+//! | `P{K}:forced` | string, with expiry | after [`LockClient::force_release`]: the owner token it took the lock from, until that lease would have ended (at least 1 s), so its holder learns [`LostCause::ForceReleased`] |
 //!
-//! Lock keys may not contain `}` (the hash tag keeps a lock's names in one
-//! cluster slot).
+//! The braces make `K` the hash tag, so all of them live in one cluster
+//! slot; lock keys may not contain `}`.
 //!
 //! # Code map
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →
 //! `waiting` (a waiter in line), `lease` (a held lease's lifetime),
-//! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/`,
-//! `redlock`, `memory`; `scripts/` with one `.lua` file and one typed
+//! `guard`, `reentrancy` → `watchdog` (renewals) → `backend` (`redis/` with
+//! `redis/redlock/`, `memory`; `scripts/` with one `.lua` file and one typed
 //! function per operation; `connect`, `listener`, `wakeups`) → `config`,
 //! `limits`, `token`, `info`, `error` (leaves). Each module imports only modules to
 //! its right.

@@ -1,4 +1,5 @@
-//! The limits of what a lock request may ask for, and their checks. A leaf:
+//! The limits of what a lock request may ask for, and their checks (a tokio
+//! runtime among them). A leaf:
 //! it imports nothing from the rest of the crate but the error type.
 
 use std::time::Duration;
@@ -84,6 +85,21 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
         ));
     }
     Ok(())
+}
+
+/// Refuse to go on outside a tokio runtime, where the Redis client (and
+/// leasehold's own timers and background tasks) would panic.
+pub(crate) fn require_runtime(operation: &str) -> Result<(), LockError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(LockError::invalid(
+            "runtime",
+            format!(
+                "{operation} ran outside a tokio runtime; leasehold needs one, with time and I/O \
+                 enabled (#[tokio::main], or tokio::runtime::Builder::enable_all)"
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]

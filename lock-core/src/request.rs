@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Acquired, Backend, LockKeys};
-use crate::config::ClientConfig;
+use crate::config::ClientSettings;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::{Issuer, Lease, LeaseSettings};
@@ -28,7 +28,7 @@ const MAX_ATTEMPT_RETRY_DELAY: Duration = Duration::from_millis(500);
 
 /// What a request needs from its client: settings, backend, watchdog.
 pub(crate) struct Shared {
-    pub(crate) config: ClientConfig,
+    pub(crate) settings: ClientSettings,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) watchdog: Arc<Watchdog>,
 }
@@ -82,8 +82,8 @@ impl std::fmt::Debug for LockRequest {
 
 impl LockRequest {
     pub(crate) fn new(client: Arc<Shared>, key: String) -> LockRequest {
-        let ttl = client.config.default_ttl;
-        let replicas = client.config.replica_sync.replicas;
+        let ttl = client.settings.default_ttl;
+        let replicas = client.settings.replica_sync.replicas;
         LockRequest {
             client,
             key,
@@ -164,7 +164,7 @@ impl LockRequest {
             &self.key,
             self.wait,
             self.ttl,
-            self.client.config.metrics_key_label,
+            self.client.settings.metrics_key_label,
         );
         // Entering a disabled span on every poll costs too: skip it.
         let result = if observed.span().is_disabled() {
@@ -193,27 +193,27 @@ impl LockRequest {
         if let Some(max) = self.max_hold {
             validate_span("max_hold", max)?;
         }
-        crate::client::require_runtime("acquire")?;
+        crate::limits::require_runtime("acquire")?;
 
         // Re-entry: an enclosing `run` body of this task holds it.
-        if let Some(lease) = reentrancy::find(self.client.config.id, &self.key) {
+        if let Some(lease) = reentrancy::find(self.client.settings.id, &self.key) {
             lease.enter();
             observed.reentered();
             return Ok(LockGuard::new(lease));
         }
 
-        let token: Arc<str> = crate::token::owner_token(&self.client.config.name)?.into();
-        let keys = Arc::new(LockKeys::new(&self.client.config.prefix, &self.key));
+        let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?.into();
+        let keys = Arc::new(LockKeys::new(&self.client.settings.prefix, &self.key));
         let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
         let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;
         }
         let issuer = Issuer {
-            client_id: self.client.config.id,
+            client_id: self.client.settings.id,
             backend: self.client.backend.clone(),
             watchdog: self.client.watchdog.clone(),
-            metrics_key_label: self.client.config.metrics_key_label,
+            metrics_key_label: self.client.settings.metrics_key_label,
         };
         let settings = LeaseSettings {
             ttl: self.ttl,
@@ -368,7 +368,7 @@ impl LockRequest {
     /// Fail closed unless enough replicas acknowledged the acquisition.
     async fn sync_replicas(&self, keys: &LockKeys, token: &str) -> Result<(), LockError> {
         let backend = &self.client.backend;
-        let timeout = self.client.config.replica_sync.timeout;
+        let timeout = self.client.settings.replica_sync.timeout;
         let synced = backend.sync_replicas(keys, self.replicas, timeout).await;
         if matches!(synced, Ok(acked) if acked >= self.replicas) {
             return Ok(());

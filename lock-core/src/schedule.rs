@@ -161,34 +161,6 @@ fn duration_from_nanos(nanos: u128) -> Duration {
     Duration::new(secs, subsec)
 }
 
-/// The start of the current slot of period `every` (see [`Slot`]).
-///
-/// ```
-/// use std::time::{Duration, UNIX_EPOCH};
-///
-/// let start = leasehold_core::schedule::slot_start(Duration::from_secs(60));
-/// let secs = start.duration_since(UNIX_EPOCH)?.as_secs();
-/// assert_eq!(secs % 60, 0);
-/// # Ok::<(), std::time::SystemTimeError>(())
-/// ```
-pub fn slot_start(every: Duration) -> SystemTime {
-    Slot::now(every).start()
-}
-
-/// The lock key of the current slot of period `every` for the job `key`:
-/// `"<key>:<slot start in unix seconds>"` (see [`Slot::key`]).
-///
-/// ```
-/// use std::time::Duration;
-///
-/// let key = leasehold_core::schedule::slot_key("report", Duration::from_secs(60));
-/// let slot = key.strip_prefix("report:").map(str::parse::<u64>);
-/// assert!(matches!(slot, Some(Ok(start)) if start % 60 == 0), "{key}");
-/// ```
-pub fn slot_key(key: &str, every: Duration) -> String {
-    Slot::now(every).key(key)
-}
-
 /// A [`tokio::time::Interval`] whose ticks fall on wall-clock multiples of
 /// `every` (the starts of the slots): the first tick at the start of the next
 /// slot, then one per period. Missed ticks are skipped (a late tick does not

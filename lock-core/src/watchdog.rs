@@ -244,19 +244,7 @@ impl Watchdog {
         now: Instant,
         audit: Option<LostCause>,
     ) -> bool {
-        let mut batch = Vec::with_capacity(leases.len());
-        let mut members = Vec::with_capacity(leases.len());
-        for lease in leases {
-            if let Some(renewal) = lease.renewal(now, audit.is_some()) {
-                batch.push(renewal);
-                members.push(lease);
-            } else if audit.is_none() && lease.is_live() {
-                // Due, but nothing to send (past its `max_hold`): only its
-                // deadline matters now. Left due, it would be picked again
-                // at once, and the renewer would loop without an await.
-                self.reschedule(lease.lease_id(), lease.deadline());
-            }
-        }
+        let (batch, members) = self.batch(leases, now, audit.is_some());
         if batch.is_empty() {
             return true;
         }
@@ -265,36 +253,19 @@ impl Watchdog {
         let span = telemetry::renew_span(batch.len(), audit);
         let reply = self.backend.renew(&batch).instrument(span.clone()).await;
         let _entered = span.enter();
-        let (mut renewed, mut refused) = (0, 0);
         match reply {
             Ok(outcomes) => {
+                let (mut renewed, mut refused) = (0, 0);
                 for ((lease, renewal), outcome) in members.iter().zip(&batch).zip(outcomes) {
-                    match outcome {
-                        Owned::Yes => {
-                            renewed += 1;
-                            lease.renewed(now, renewal);
-                            if let Some(period) = lease.period() {
-                                self.reschedule(renewal.lease_id, now + period);
-                            }
+                    if outcome == Owned::Yes {
+                        renewed += 1;
+                        lease.renewed(now, renewal);
+                        if let Some(period) = lease.period() {
+                            self.reschedule(renewal.lease_id, now + period);
                         }
-                        Owned::No | Owned::WrongType | Owned::ForceReleased => {
-                            refused += 1;
-                            let cause = if outcome == Owned::ForceReleased {
-                                LostCause::ForceReleased
-                            } else {
-                                audit
-                                    .or_else(|| self.pending_change())
-                                    .unwrap_or(LostCause::Refused)
-                            };
-                            let wrong_type = outcome == Owned::WrongType;
-                            let key = &renewal.keys.key;
-                            if audit.is_some() {
-                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: lease not found after a server change");
-                            } else {
-                                tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: renewal refused");
-                            }
-                            lease.refused(cause);
-                        }
+                    } else {
+                        refused += 1;
+                        lease.refused(self.refusal_cause(renewal, outcome, audit));
                     }
                 }
                 telemetry::renew_outcome(&span, renewed, refused, false);
@@ -304,11 +275,59 @@ impl Watchdog {
                 for lease in &members {
                     lease.renewal_failed();
                 }
-                telemetry::renew_outcome(&span, renewed, refused, true);
+                telemetry::renew_outcome(&span, 0, 0, true);
                 tracing::warn!(%error, leases = batch.len(), "leasehold: renewal failed, retrying");
                 false
             }
         }
+    }
+
+    /// The renewals to send for `leases` (checks only, when `auditing`),
+    /// and the leases they belong to.
+    fn batch<'a>(
+        &self,
+        leases: &'a [Arc<dyn Renewable>],
+        now: Instant,
+        auditing: bool,
+    ) -> (Vec<Renewal>, Vec<&'a Arc<dyn Renewable>>) {
+        let mut batch = Vec::with_capacity(leases.len());
+        let mut members = Vec::with_capacity(leases.len());
+        for lease in leases {
+            if let Some(renewal) = lease.renewal(now, auditing) {
+                batch.push(renewal);
+                members.push(lease);
+            } else if !auditing && lease.is_live() {
+                // Due, but nothing to send (past its `max_hold`): only its
+                // deadline matters now. Left due, it would be picked again
+                // at once, and the renewer would loop without an await.
+                self.reschedule(lease.lease_id(), lease.deadline());
+            }
+        }
+        (batch, members)
+    }
+
+    /// What a lease whose renewal was refused (`outcome`) is lost to; logged.
+    fn refusal_cause(
+        &self,
+        renewal: &Renewal,
+        outcome: Owned,
+        audit: Option<LostCause>,
+    ) -> LostCause {
+        let cause = if outcome == Owned::ForceReleased {
+            LostCause::ForceReleased
+        } else {
+            audit
+                .or_else(|| self.pending_change())
+                .unwrap_or(LostCause::Refused)
+        };
+        let wrong_type = outcome == Owned::WrongType;
+        let key = &renewal.keys.key;
+        if audit.is_some() {
+            tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: lease not found after a server change");
+        } else {
+            tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: renewal refused");
+        }
+        cause
     }
 }
 
@@ -370,19 +389,10 @@ async fn run(watchdog: Arc<Watchdog>) {
     // A server change whose check of every lease has not gone through yet.
     let mut audit = None::<ServerChange>;
     loop {
-        if let Some(change) = audit {
-            // The server may have lost data: check every lease now, and
-            // again shortly if the check fails (until it goes through).
-            let all = watchdog.all();
-            if watchdog
-                .renew(&all, Instant::now(), Some(change.cause))
-                .await
-            {
-                watchdog
-                    .audited
-                    .fetch_max(change.generation, Ordering::AcqRel);
-                audit = None;
-            }
+        if let Some(change) = audit
+            && watchdog.audit(change).await
+        {
+            audit = None;
         }
         let now = Instant::now();
         let due = match watchdog.next(now) {
@@ -397,22 +407,8 @@ async fn run(watchdog: Arc<Watchdog>) {
                     }
                     None => until,
                 };
-                let sleep = async {
-                    match until {
-                        Some(until) => tokio::time::sleep_until(until).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = sleep => {}
-                    () = watchdog.wake.notified() => {}
-                    change = changed(&mut changes) => {
-                        // Handled here: a later task does not check again.
-                        changes.clone_into(
-                            &mut watchdog.changes.lock().unwrap_or_else(PoisonError::into_inner),
-                        );
-                        audit = Some(change);
-                    }
+                if let Some(change) = watchdog.sleep(until, &mut changes).await {
+                    audit = Some(change);
                 }
                 continue;
             }
@@ -420,16 +416,59 @@ async fn run(watchdog: Arc<Watchdog>) {
         if !watchdog.renew(&due, now, None).await {
             // Still due: try again shortly. Leases whose validity runs out
             // meanwhile are marked lost by `next`.
-            let retry = due
-                .iter()
-                .filter_map(|lease| lease.period())
-                .map(|period| period / 4)
-                .min()
-                .unwrap_or(MAX_RENEWAL_RETRY_DELAY)
-                .min(MAX_RENEWAL_RETRY_DELAY);
-            tokio::time::sleep(retry).await;
+            tokio::time::sleep(retry_delay(&due)).await;
         }
     }
+}
+
+impl Watchdog {
+    /// The server may have lost data: check every lease now. `true` once
+    /// the check went through (else it is tried again shortly).
+    async fn audit(&self, change: ServerChange) -> bool {
+        let all = self.all();
+        let done = self.renew(&all, Instant::now(), Some(change.cause)).await;
+        if done {
+            self.audited.fetch_max(change.generation, Ordering::AcqRel);
+        }
+        done
+    }
+
+    /// Sleep until `until` (`None`: until woken), a wake-up, or a server
+    /// change, which is returned.
+    async fn sleep(
+        &self,
+        until: Option<Instant>,
+        changes: &mut Option<watch::Receiver<ServerChange>>,
+    ) -> Option<ServerChange> {
+        let sleep = async {
+            match until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => None,
+            () = self.wake.notified() => None,
+            change = changed(changes) => {
+                // Handled here: a later task does not check again.
+                changes.clone_into(
+                    &mut self.changes.lock().unwrap_or_else(PoisonError::into_inner),
+                );
+                Some(change)
+            }
+        }
+    }
+}
+
+/// The pause before a failed renewal of `due` is sent again: a quarter of
+/// the shortest period, at most [`MAX_RENEWAL_RETRY_DELAY`].
+fn retry_delay(due: &[Arc<dyn Renewable>]) -> Duration {
+    due.iter()
+        .filter_map(|lease| lease.period())
+        .map(|period| period / 4)
+        .min()
+        .unwrap_or(MAX_RENEWAL_RETRY_DELAY)
+        .min(MAX_RENEWAL_RETRY_DELAY)
 }
 
 #[cfg(test)]

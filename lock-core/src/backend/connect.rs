@@ -8,31 +8,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, RedisError};
 use tokio::sync::mpsc;
 
+use crate::config::ConnectSettings;
 use crate::error::{LockError, redact_url};
-
-/// Timeouts and retries of Redis connections.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) reconnect_retries: usize,
-    /// Custom trust anchors and client certificate for `rediss://` (`None`:
-    /// the webpki root certificates, no client certificate).
-    #[cfg(feature = "tls")]
-    pub(crate) tls: Option<redis::TlsCertificates>,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        ConnectOptions {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
-            reconnect_retries: 2,
-            #[cfg(feature = "tls")]
-            tls: None,
-        }
-    }
-}
 
 /// A parsed server address: what redis-rs connects to, and how messages
 /// show it (without any password).
@@ -69,40 +46,55 @@ impl Address {
     }
 
     /// A redis-rs client for this address speaking RESP3 (push messages),
-    /// with the custom TLS certificates of `options` for `rediss://`.
+    /// with the custom TLS certificates of `settings` for `rediss://`.
     pub(crate) fn resp3_client(
         &self,
-        options: &ConnectOptions,
+        settings: &ConnectSettings,
     ) -> Result<redis::Client, LockError> {
-        let settings = self
+        let resp3 = self
             .info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        self.open(self.info.clone().set_redis_settings(settings), options)
+        self.open(self.info.clone().set_redis_settings(resp3), settings)
     }
 
     /// A redis-rs client for this address as the URL says (a sentinel's),
-    /// with the custom TLS certificates of `options` for `rediss://`.
+    /// with the custom TLS certificates of `settings` for `rediss://`.
     #[cfg(feature = "sentinel")]
-    pub(crate) fn client(&self, options: &ConnectOptions) -> Result<redis::Client, LockError> {
-        self.open(self.info.clone(), options)
+    pub(crate) fn client(&self, settings: &ConnectSettings) -> Result<redis::Client, LockError> {
+        self.open(self.info.clone(), settings)
     }
 
     fn open(
         &self,
         info: redis::ConnectionInfo,
-        options: &ConnectOptions,
+        settings: &ConnectSettings,
     ) -> Result<redis::Client, LockError> {
         #[cfg(feature = "tls")]
-        if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&options.tls, info.addr()) {
+        if let (Some(certs), redis::ConnectionAddr::TcpTls { .. }) = (&settings.tls, info.addr()) {
             return redis::Client::build_with_tls(info, certs.clone())
                 .map_err(|e| backend_error(&self.shown, e));
         }
         #[cfg(not(feature = "tls"))]
-        let _ = options;
+        let _ = settings;
         redis::Client::open(info).map_err(|e| backend_error(&self.shown, e))
     }
+}
+
+/// Parse every URL of a deployment; the first error shows its URL redacted.
+pub(crate) fn parse_all(urls: &[String]) -> Result<Vec<Address>, LockError> {
+    urls.iter().map(|url| Address::parse(url)).collect()
+}
+
+/// The addresses as messages show them, joined by `separator`.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+pub(crate) fn shown_all<'a>(
+    addresses: impl IntoIterator<Item = &'a Address>,
+    separator: &str,
+) -> String {
+    let shown: Vec<&str> = addresses.into_iter().map(|a| a.shown.as_str()).collect();
+    shown.join(separator)
 }
 
 /// Make rustls usable: install the `ring` provider as the process default
@@ -119,14 +111,14 @@ pub(crate) fn install_crypto_provider() {
 /// The first connection, within the connect timeout.
 pub(crate) async fn within_connect_timeout<T>(
     connecting: impl std::future::Future<Output = redis::RedisResult<T>>,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     server: &str,
 ) -> Result<T, LockError> {
-    match tokio::time::timeout(options.connect_timeout, connecting).await {
+    match tokio::time::timeout(settings.connect_timeout, connecting).await {
         Ok(result) => result.map_err(|e| backend_error(server, e)),
         Err(_) => Err(LockError::backend(
             server,
-            format!("could not connect within {:?}", options.connect_timeout),
+            format!("could not connect within {:?}", settings.connect_timeout),
         )),
     }
 }
@@ -135,12 +127,12 @@ pub(crate) async fn within_connect_timeout<T>(
 /// the connect timeout. Pushes (pub/sub messages, disconnections) go to `push`.
 pub(crate) async fn connect_manager(
     client: redis::Client,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     server: &str,
     push: Option<mpsc::UnboundedSender<redis::PushInfo>>,
     resubscribe: bool,
 ) -> Result<ConnectionManager, LockError> {
-    let mut config = manager_config(options);
+    let mut config = manager_config(settings);
     if let Some(push) = push {
         config = config.set_push_sender(push);
     }
@@ -149,18 +141,18 @@ pub(crate) async fn connect_manager(
     }
     within_connect_timeout(
         ConnectionManager::new_with_config(client, config),
-        options,
+        settings,
         server,
     )
     .await
 }
 
 /// The reconnection policy of every single-server connection.
-pub(crate) fn manager_config(options: &ConnectOptions) -> ConnectionManagerConfig {
+pub(crate) fn manager_config(settings: &ConnectSettings) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout))
-        .set_response_timeout(Some(options.response_timeout))
-        .set_number_of_retries(options.reconnect_retries)
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_number_of_retries(settings.reconnect_retries)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_secs(1))
 }

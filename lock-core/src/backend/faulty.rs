@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::memory::MemoryBackend;
 use super::wakeups::Wakeups;
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, LockKeys, Owned, Renewal, Reply, ServerChange,
+    Acquired, Attempt, Backend, BoxFuture, LockKeys, Owned, Release, Renewal, Reply, ServerChange,
 };
 use crate::error::{LockError, LostCause};
 
@@ -113,10 +113,10 @@ impl Backend for FaultyBackend {
         })
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         Box::pin(async move {
             self.enter().await?;
-            self.store.release(giving).await
+            self.store.release(release).await
         })
     }
 

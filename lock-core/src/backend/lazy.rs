@@ -13,14 +13,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::connect::ConnectOptions;
-use super::redis::gate::GatePolicy;
 use super::target::Target;
 use super::wakeups::Wakeups;
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     ServerChange,
 };
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// The first pause between two connection attempts; it doubles up to
@@ -47,8 +46,8 @@ impl LazyBackend {
     /// checked). Needs a tokio runtime.
     pub(crate) fn start(
         target: Target,
-        options: ConnectOptions,
-        policy: GatePolicy,
+        settings: ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<Arc<LazyBackend>, LockError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             LockError::invalid(
@@ -66,8 +65,8 @@ impl LazyBackend {
         runtime.spawn(connect_in_background(
             Arc::downgrade(&lazy),
             target,
-            options,
-            policy,
+            settings,
+            gate_settings,
         ));
         Ok(lazy)
     }
@@ -103,12 +102,12 @@ impl LazyBackend {
 async fn connect_in_background(
     lazy: Weak<LazyBackend>,
     target: Target,
-    options: ConnectOptions,
-    policy: GatePolicy,
+    settings: ConnectSettings,
+    gate_settings: GateSettings,
 ) {
     let mut delay = FIRST_RETRY_DELAY;
     let backend = loop {
-        let opened = target.open(&options, policy).await;
+        let opened = target.open(&settings, gate_settings).await;
         let Some(lazy) = lazy.upgrade() else {
             return;
         };
@@ -167,10 +166,10 @@ impl Backend for LazyBackend {
         }
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         match self.backend() {
-            Ok(backend) => backend.release(giving),
-            Err(error) => refused(error.with_key(&giving.keys.key)),
+            Ok(backend) => backend.release(release),
+            Err(error) => refused(error.with_key(&release.keys.key)),
         }
     }
 

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, GiveBack, Inspected, LockKeys, Owned,
-    PLACE_GRACE, Renewal, Reply, glob, key_of_lock_name,
+    Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
+    Release, Renewal, Reply, glob, key_of_lock_name,
 };
 
 /// The shortest time an operator's release is remembered for the old
@@ -331,8 +331,8 @@ impl Backend for MemoryBackend {
         Box::pin(async {})
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
-        let (keys, token, keep, _) = giving.parts();
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, _) = release.parts();
         let outcome = self.release_now(keys, token, keep);
         Box::pin(async move { Ok(outcome) })
     }

@@ -6,8 +6,9 @@
 //!   `ConnectionManager`; Redis Sentinel (feature `sentinel`), which follows
 //!   the primary across failovers; and Redis Cluster (feature `cluster`),
 //!   whose sharded pub/sub lives in `redis/sharded.rs`. The `gate` beside
-//!   them reads each server's identity (restarts, eviction policy);
-//! - [`redlock`]: N independent Redis masters, by majority;
+//!   them reads each server's identity (restarts, eviction policy). Beside
+//!   them too, `redis/redlock/`: N independent servers, by majority, each
+//!   one a single-server backend;
 //! - [`memory`]: the embedded in-process store with the same semantics;
 //! - `faulty` (feature `testing`): the in-memory store behind the controls
 //!   of `leasehold::testing` (steal, expire, unavailable, slow).
@@ -24,19 +25,8 @@
 //!
 //! # Data layout
 //!
-//! A lock with key `K` under the prefix `P` (default `leasehold:`) uses:
-//!
-//! | Redis name | type | content |
-//! | --- | --- | --- |
-//! | `P{K}:lock` | string, with expiry | the holder's owner token (32 hex chars, `:`, the client's name); its TTL is the lease |
-//! | `P{K}:fence` | string (integer), with expiry | the last fencing token: each acquisition issues max(last + 1, server clock in µs); forgotten [`FENCE_MEMORY`] after the last acquisition |
-//! | `P{K}:line` | list, with expiry | the line: owner tokens of waiters, first come first served |
-//! | `P{K}:places` | hash, with expiry | each waiter's token → until when (server ms) its place in line is kept |
-//! | `P{K}:released` | pub/sub channel | on a release with someone in line, `next:<token>` (the first in line); on Redlock, which keeps no line, every release, `free:<token>` when nobody is next (`SPUBLISH` on Cluster). A release nobody waits for publishes nothing |
-//! | `P{K}:survived` | string, with expiry | only shortly after a restart or failover: written by a release of a lease held across it, so that clients that closed the key (gate) see that its state survived |
-//! | `P{K}:forced` | string, with expiry | after an operator's `force_release`: the owner token it took the lock from, kept as long as that lease had left (at least 1 s), so that holder's next renewal is told why (`LostCause::ForceReleased`) |
-//!
-//! The braces make `K` the hash tag, so all of them live in one cluster slot.
+//! The Redis names of one lock are listed in the crate's front page (the
+//! "Data layout" table in `lib.rs`); [`LockKeys`] builds them.
 
 pub(crate) mod connect;
 #[cfg(feature = "testing")]
@@ -46,7 +36,6 @@ pub(crate) mod lazy;
 pub(crate) mod listener;
 pub(crate) mod memory;
 pub(crate) mod redis;
-pub(crate) mod redlock;
 pub(crate) mod scripts;
 pub(crate) mod target;
 pub(crate) mod wakeups;
@@ -102,9 +91,9 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// A lease given back, as a backend sees it.
+/// A release of a held lease, as a backend sees it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct GiveBack<'a> {
+pub(crate) struct Release<'a> {
     pub(crate) keys: &'a LockKeys,
     /// The holder's owner token.
     pub(crate) token: &'a str,
@@ -115,14 +104,14 @@ pub(crate) struct GiveBack<'a> {
     pub(crate) deadline: Instant,
 }
 
-impl<'a> GiveBack<'a> {
+impl<'a> Release<'a> {
     /// Keys, token, keep, deadline.
     pub(crate) fn parts(self) -> (&'a LockKeys, &'a str, Duration, Instant) {
         (self.keys, self.token, self.keep, self.deadline)
     }
 }
 
-/// The Redis names of one lock (see the module docs).
+/// The Redis names of one lock (the "Data layout" table in `lib.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
     /// The key as the user gave it (without prefix), for messages.
@@ -339,7 +328,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ///
     /// A release the server asks to retry (a reconnect, `TRYAGAIN` while a
     /// slot migrates) is retried until it lands or `deadline` passes.
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned>;
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned>;
 
     /// Reset the expiry of each lease that is still ours to its `ttl`, in as
     /// few round trips as the backend allows. One result per item, in order.
@@ -417,7 +406,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
-/// The clock drift allowed for a lease of `ttl` (semantic 9): ttl/100 + 2 ms.
+/// The clock drift allowed for a lease of `ttl`: ttl/100 + 2 ms.
 pub(crate) fn default_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }

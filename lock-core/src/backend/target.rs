@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use super::Backend;
-use super::connect::{Address, ConnectOptions};
-use super::redis::gate::GatePolicy;
+use super::connect::parse_all;
+use super::redis::redlock::RedlockBackend;
 use super::redis::server::Server;
-use super::redlock::RedlockBackend;
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// The Redis deployment a client connects to.
@@ -86,8 +86,7 @@ impl Target {
                 sentinels.as_slice()
             }
         };
-        urls.iter()
-            .try_for_each(|url| Address::parse(url).map(drop))
+        parse_all(urls).map(drop)
     }
 
     /// The servers, credentials redacted, for messages before a connection.
@@ -111,30 +110,38 @@ impl Target {
         }
     }
 
-    /// Connect, and check the server(s) within the connect timeout.
+    /// Connect, and check the server(s) within the connect timeout. What
+    /// [`check`](Self::check) refuses is refused here too, before any
+    /// connection: the backends take the target as checked.
     pub(crate) async fn open(
         &self,
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<Arc<dyn Backend>, LockError> {
+        self.check()?;
         Ok(match self {
             Target::Server(url) => {
-                Arc::new(Server::connect(url, options, policy, Arc::default()).await?)
+                Arc::new(Server::connect(url, settings, gate_settings, Arc::default()).await?)
             }
             Target::Redlock(urls) => {
-                Arc::new(RedlockBackend::connect(urls, options, policy).await?)
+                Arc::new(RedlockBackend::connect(urls, settings, gate_settings).await?)
             }
             #[cfg(feature = "cluster")]
-            Target::Cluster(urls) => {
-                Arc::new(super::redis::cluster::Cluster::connect(urls, options, policy).await?)
-            }
+            Target::Cluster(urls) => Arc::new(
+                super::redis::cluster::Cluster::connect(urls, settings, gate_settings).await?,
+            ),
             #[cfg(feature = "sentinel")]
             Target::Sentinel {
                 master_name,
                 sentinels,
             } => Arc::new(
-                super::redis::sentinel::Sentinel::connect(master_name, sentinels, options, policy)
-                    .await?,
+                super::redis::sentinel::Sentinel::connect(
+                    master_name,
+                    sentinels,
+                    settings,
+                    gate_settings,
+                )
+                .await?,
             ),
         })
     }

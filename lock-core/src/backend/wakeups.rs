@@ -123,7 +123,7 @@ impl Wakeups {
     }
 }
 
-/// What a release says, as published by `release.lua` and `leave.lua`.
+/// What a release says, as published by `release.lua` and `abandon.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announcement<'a> {
     /// `next:<token>`: this waiter is first in line for the free lock.

@@ -38,14 +38,15 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value};
 use tokio::sync::mpsc;
 
-use super::gate::{Gate, GatePolicy};
+use super::gate::Gate;
 use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
 use super::{RedisBackend, Topology, scan_command};
-use crate::backend::connect::{Address, ConnectOptions, backend_error, within_connect_timeout};
+use crate::backend::connect::{backend_error, parse_all, shown_all, within_connect_timeout};
 use crate::backend::listener::Running;
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Wakeups;
 use crate::backend::{BoxFuture, Owned, Renewal};
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// Retries of one request (redirects, `TRYAGAIN`, reconnects), at least this
@@ -56,7 +57,7 @@ pub(crate) struct Cluster {
     conn: ClusterConnection,
     /// The seed nodes, for the listener connection opened on the first wait.
     nodes: Vec<ConnectionInfo>,
-    options: ConnectOptions,
+    settings: ConnectSettings,
     /// `cluster[redis://a:***@h:p, ...]`.
     server: String,
     /// Sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis ≥ 7).
@@ -67,30 +68,21 @@ pub(crate) struct Cluster {
 pub(crate) type ClusterBackend = RedisBackend<Cluster>;
 
 impl Cluster {
-    /// Connect through any of the cluster's nodes (the others are discovered).
+    /// Connect through any of the cluster's nodes (the others are
+    /// discovered); `urls` as checked by `Target::check`.
     pub(crate) async fn connect(
         urls: &[String],
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<ClusterBackend, LockError> {
-        if urls.is_empty() {
-            return Err(LockError::invalid(
-                "urls",
-                "a Redis Cluster needs the URL of at least one of its nodes",
-            ));
-        }
-        let addresses = urls
-            .iter()
-            .map(|url| Address::parse(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        let shown: Vec<&str> = addresses.iter().map(|a| a.shown.as_str()).collect();
-        let server = format!("cluster[{}]", shown.join(", "));
+        let addresses = parse_all(urls)?;
+        let server = format!("cluster[{}]", shown_all(&addresses, ", "));
         let nodes: Vec<ConnectionInfo> = addresses.into_iter().map(|a| a.info).collect();
 
-        let client = build_client(cluster_builder(&nodes, options), &server)?;
+        let client = build_client(cluster_builder(&nodes, settings), &server)?;
         let mut conn =
-            within_connect_timeout(client.get_async_connection(), options, &server).await?;
-        let gate = Arc::new(Gate::new(&server, policy));
+            within_connect_timeout(client.get_async_connection(), settings, &server).await?;
+        let gate = Arc::new(Gate::new(&server, gate_settings));
         gate.check(&mut conn, true).await?;
         let sharded = supports_sharded_pubsub(&mut conn)
             .await
@@ -105,7 +97,7 @@ impl Cluster {
         let topology = Cluster {
             conn,
             nodes,
-            options: options.clone(),
+            settings: settings.clone(),
             server: server.clone(),
             sharded,
         };
@@ -205,13 +197,13 @@ async fn scan_node(
 }
 
 /// A cluster client for the seed nodes, with leasehold's timeouts and retries.
-fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> ClusterClientBuilder {
-    let retries = u32::try_from(options.reconnect_retries)
+fn cluster_builder(nodes: &[ConnectionInfo], settings: &ConnectSettings) -> ClusterClientBuilder {
+    let retries = u32::try_from(settings.reconnect_retries)
         .unwrap_or(u32::MAX)
         .max(MIN_RETRIES);
     let builder = ClusterClient::builder(nodes.to_vec())
-        .connection_timeout(options.connect_timeout)
-        .response_timeout(options.response_timeout)
+        .connection_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
         .retries(retries)
         // redis-rs waits at least 1.28 s before retrying a `TRYAGAIN` or a
         // `CLUSTERDOWN` by default: longer than many leases.
@@ -221,7 +213,7 @@ fn cluster_builder(nodes: &[ConnectionInfo], options: &ConnectOptions) -> Cluste
     // Custom certificates apply to `rediss://` seed nodes (and so to every
     // node discovered from them); plain nodes ignore them.
     #[cfg(feature = "tls")]
-    let builder = match &options.tls {
+    let builder = match &settings.tls {
         Some(certs)
             if nodes
                 .iter()
@@ -307,12 +299,12 @@ impl Topology for Cluster {
     fn start_listener(&self, wakeups: Arc<Wakeups>) -> BoxFuture<'_, Result<Running, LockError>> {
         Box::pin(async move {
             let (push_tx, push_rx) = mpsc::unbounded_channel();
-            let builder = cluster_builder(&self.nodes, &self.options)
+            let builder = cluster_builder(&self.nodes, &self.settings)
                 .use_protocol(ProtocolVersion::RESP3)
                 .push_sender(push_tx);
             let client = build_client(builder, &self.server)?;
             let conn =
-                within_connect_timeout(client.get_async_connection(), &self.options, &self.server)
+                within_connect_timeout(client.get_async_connection(), &self.settings, &self.server)
                     .await?;
             let wanted: Wanted = Arc::default();
             let (listener_tx, listener_rx) = mpsc::unbounded_channel();

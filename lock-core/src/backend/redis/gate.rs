@@ -1,6 +1,6 @@
 //! The gate: what this client knows of a server's identity, and whether it
-//! may grant a lock there now (SPEC 13, "data loss is detected, not
-//! trusted").
+//! may grant a lock there now: data loss (a restart, a failover) is
+//! detected, not trusted.
 //!
 //! Its callers use three verbs: [`Gate::admit`] before an attempt (may this
 //! key be granted?), [`Gate::survived`] when the server shows that a key's
@@ -46,24 +46,15 @@ use tokio::time::Instant;
 use crate::backend::ServerChange;
 use crate::backend::connect::backend_error;
 use crate::backend::scripts::{Natives, Offered};
+use crate::config::GateSettings;
 use crate::error::{LockError, LostCause};
 
 /// How many keys' asks are kept before the expired ones are swept out.
 const SWEEP_AT: usize = 1024;
 
-/// What the client was told about eviction and restarts.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct GatePolicy {
-    pub(crate) restart_grace: Duration,
-    pub(crate) allow_eviction: bool,
-    /// Never use the server's native conditional commands: every
-    /// operation is its Lua script (`native_commands(false)`).
-    pub(crate) lua_only: bool,
-}
-
 pub(crate) struct Gate {
     server: String,
-    policy: GatePolicy,
+    settings: GateSettings,
     state: Mutex<State>,
     /// A change was seen and releases may have to leave the survival mark
     /// (a fast path: nothing to do in the common case).
@@ -124,10 +115,10 @@ pub(crate) struct Identity {
 }
 
 impl Gate {
-    pub(crate) fn new(server: &str, policy: GatePolicy) -> Gate {
+    pub(crate) fn new(server: &str, settings: GateSettings) -> Gate {
         Gate {
             server: server.to_owned(),
-            policy,
+            settings,
             state: Mutex::new(State {
                 sweep_at: SWEEP_AT,
                 ..State::default()
@@ -160,7 +151,7 @@ impl Gate {
             if now < until {
                 let reason = format!(
                     "it is younger than the restart grace ({:?}); a lock held before it started may still be relied on",
-                    self.policy.restart_grace
+                    self.settings.restart_grace
                 );
                 return Ok(Admission::Closed(self.refusal(key, reason, until - now)));
             }
@@ -318,8 +309,8 @@ impl Gate {
         let now = Instant::now();
         {
             let mut state = self.state();
-            if !self.policy.restart_grace.is_zero() {
-                state.young_until = later(state.young_until, now + self.policy.restart_grace);
+            if !self.settings.restart_grace.is_zero() {
+                state.young_until = later(state.young_until, now + self.settings.restart_grace);
             }
             // The new primary is another server: close as for a restart.
             state.close_asked(now, LostCause::FailedOver);
@@ -332,53 +323,66 @@ impl Gate {
         self.apply_as(identity, first, LostCause::Restarted)
     }
 
+    /// Refuse a server whose `maxmemory-policy` evicts lock keys, unless
+    /// allowed: at connect (`first`) with an error, later by granting
+    /// nothing there until the policy changes back.
+    fn judge_eviction(
+        &self,
+        state: &mut State,
+        policy: Option<&str>,
+        first: bool,
+    ) -> Result<(), LockError> {
+        let Some(policy) = policy.filter(|p| evicts(p)) else {
+            state.refused = None;
+            return Ok(());
+        };
+        if self.settings.allow_eviction {
+            if !state.warned_eviction {
+                state.warned_eviction = true;
+                tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
+            }
+            return Ok(());
+        }
+        let what = if policy.starts_with("allkeys-") {
+            "evicts any key, lock keys included"
+        } else {
+            "evicts keys that have a TTL, and every lock key has one"
+        };
+        let error = LockError::misconfigured(
+            &self.server,
+            format!(
+                "the server has maxmemory-policy `{policy}`, which {what} under memory \
+                 pressure, so a lock can be granted twice; set `maxmemory-policy noeviction` \
+                 on this server (the only policy that never evicts a lock key), or accept \
+                 the risk with LockClientBuilder::allow_eviction(true)"
+            ),
+        );
+        if first {
+            return Err(error);
+        }
+        tracing::error!(server = %self.server, policy, "leasehold: the server now evicts keys; refusing to grant locks there");
+        state.refused = Some(error);
+        Ok(())
+    }
+
     fn apply_as(&self, identity: Identity, first: bool, cause: LostCause) -> Result<(), LockError> {
-        if let Some(natives) = identity.natives.filter(|_| !self.policy.lua_only) {
+        if let Some(natives) = identity.natives.filter(|_| !self.settings.lua_only) {
             self.offered.learn(natives);
         }
         let now = Instant::now();
         let mut state = self.state();
-        if let Some(policy) = identity.policy.as_deref().filter(|p| evicts(p)) {
-            if self.policy.allow_eviction {
-                if !state.warned_eviction {
-                    state.warned_eviction = true;
-                    tracing::warn!(server = %self.server, policy, "leasehold: the server may evict lock keys (allowed by allow_eviction(true)); a lock evicted under memory pressure can be granted twice");
-                }
-            } else {
-                let what = if policy.starts_with("allkeys-") {
-                    "evicts any key, lock keys included"
-                } else {
-                    "evicts keys that have a TTL, and every lock key has one"
-                };
-                let error = LockError::misconfigured(
-                    &self.server,
-                    format!(
-                        "the server has maxmemory-policy `{policy}`, which {what} under memory \
-                         pressure, so a lock can be granted twice; set `maxmemory-policy noeviction` \
-                         on this server (the only policy that never evicts a lock key), or accept \
-                         the risk with LockClientBuilder::allow_eviction(true)"
-                    ),
-                );
-                if first {
-                    return Err(error);
-                }
-                tracing::error!(server = %self.server, policy, "leasehold: the server now evicts keys; refusing to grant locks there");
-                state.refused = Some(error);
-            }
-        } else {
-            state.refused = None;
-        }
+        self.judge_eviction(&mut state, identity.policy.as_deref(), first)?;
 
         // `uptime_in_seconds` is whole seconds and may read up to 1 s
         // high: count one second less, the safe direction.
         if let Some(uptime) = identity
             .uptime
             .map(|u| u.saturating_sub(Duration::from_secs(1)))
-            && uptime < self.policy.restart_grace
+            && uptime < self.settings.restart_grace
         {
             state.young_until = later(
                 state.young_until,
-                now + (self.policy.restart_grace - uptime),
+                now + (self.settings.restart_grace - uptime),
             );
         }
         let restarted = match (&state.run_id, &identity.run_id) {
@@ -536,14 +540,14 @@ mod tests {
             policy: Some("volatile-lru".into()),
             ..Identity::default()
         };
-        let strict = Gate::new("redis://h", GatePolicy::default());
+        let strict = Gate::new("redis://h", GateSettings::default());
         let err = strict.apply(identity(), true).unwrap_err();
         assert!(err.to_string().contains("volatile-lru"), "{err}");
         let lenient = Gate::new(
             "redis://h",
-            GatePolicy {
+            GateSettings {
                 allow_eviction: true,
-                ..GatePolicy::default()
+                ..GateSettings::default()
             },
         );
         assert!(lenient.apply(identity(), true).is_ok());
@@ -559,7 +563,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_restart_closes_only_the_keys_asked_for_within_their_lease() {
-        let gate = Gate::new("redis://h", GatePolicy::default());
+        let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         let hour = Duration::from_secs(3600);
         // Asked for an hour an hour and a half ago: that lease has run out.
@@ -599,7 +603,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_closed_key_reopens_when_its_longest_lease_could_have_run_out() {
-        let gate = Gate::new("redis://h", GatePolicy::default());
+        let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         assert_eq!(
             gate.admit("k", Duration::from_secs(30)),
@@ -620,7 +624,7 @@ mod tests {
     async fn a_young_server_is_closed_for_every_key_until_the_grace_passed() {
         let gate = Gate::new(
             "redis://h",
-            GatePolicy {
+            GateSettings {
                 restart_grace: Duration::from_secs(10),
                 allow_eviction: false,
                 lua_only: false,

@@ -7,7 +7,9 @@
 //!   tag, renewals grouped by slot, release announcements over sharded
 //!   pub/sub (`sharded`);
 //! - `sentinel` (feature `sentinel`): the primary of a Sentinel-monitored
-//!   set, discovered through the sentinels and followed across failovers.
+//!   set, discovered through the sentinels and followed across failovers;
+//! - [`redlock`]: independent masters, each a [`server`] backend, a lock
+//!   held by a majority of them (its vote counted in `redlock/tally.rs`).
 //!
 //! What the topologies share lives here: the scripts' calls and their
 //! retries (every script is safe to send again, so a command that hit a
@@ -20,6 +22,7 @@
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod gate;
+pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
@@ -39,7 +42,7 @@ use super::listener::{Listener, Running};
 use super::scripts::{self, ScriptError};
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, GiveBack, Inspected, LockKeys, Owned, Renewal, Reply,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
     SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
 };
 use crate::error::LockError;
@@ -56,7 +59,7 @@ const RELEASE_IN_LINE: Duration = Duration::from_millis(300);
 
 /// One release's settings, for each try of it.
 #[derive(Debug, Clone, Copy)]
-struct Giving {
+struct ReleaseArgs {
     publish: &'static str,
     announce: scripts::Announce,
     mark: Option<Duration>,
@@ -64,7 +67,7 @@ struct Giving {
     deadline: Instant,
 }
 
-impl Giving {
+impl ReleaseArgs {
     /// Whether the release may go first as the server's native conditional
     /// delete (see `scripts::native`): it deletes now (no `at_least` keep),
     /// leaves no survival mark, and announces only to the line (Redlock's
@@ -80,7 +83,7 @@ impl Giving {
         token: &str,
         offered: &scripts::Offered,
     ) -> Result<scripts::Released, ScriptError> {
-        let Giving {
+        let ReleaseArgs {
             publish,
             announce,
             mark,
@@ -293,7 +296,7 @@ impl<T: Topology> RedisBackend<T> {
         deadline: Instant,
         announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
-        let give = Giving {
+        let args = ReleaseArgs {
             publish: self.topology.publish(),
             announce,
             mark: self.gate.survival_mark(),
@@ -305,13 +308,13 @@ impl<T: Topology> RedisBackend<T> {
         loop {
             let result = self
                 .call(|mut con| async move {
-                    give.send(&mut con, keys, token, self.gate.offered()).await
+                    args.send(&mut con, keys, token, self.gate.offered()).await
                 })
                 .await;
             match result {
-                Err(e) if give.retry(&e, delay) => {
+                Err(e) if args.retry(&e, delay) => {
                     if Instant::now() + delay >= in_line_until {
-                        self.release_in_background(keys, token, give, delay);
+                        self.release_in_background(keys, token, args, delay);
                         return Ok(scripts::Released {
                             owned: Owned::Yes,
                             next: None,
@@ -329,8 +332,14 @@ impl<T: Topology> RedisBackend<T> {
 
     /// Go on with a release the server keeps asking to retry, in a task of
     /// its own, until it lands (waking this client's waiters then) or
-    /// `give.deadline` passes (the lease runs out by itself).
-    fn release_in_background(&self, keys: &LockKeys, token: &str, give: Giving, delay: Duration) {
+    /// `args.deadline` passes (the lease runs out by itself).
+    fn release_in_background(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        args: ReleaseArgs,
+        delay: Duration,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -342,11 +351,11 @@ impl<T: Topology> RedisBackend<T> {
             let mut delay = delay;
             loop {
                 tokio::time::sleep(delay).await;
-                match give
+                match args
                     .send(&mut con.clone(), &keys, &token, gate.offered())
                     .await
                 {
-                    Err(e) if give.retry(&e, delay) => {
+                    Err(e) if args.retry(&e, delay) => {
                         delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
                     }
                     Ok(released) => {
@@ -503,8 +512,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
-    fn release<'a>(&'a self, giving: GiveBack<'a>) -> Reply<'a, Owned> {
-        let (keys, token, keep, deadline) = giving.parts();
+    fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
+        let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)

@@ -36,15 +36,16 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, PushKind, RedisError, RedisFuture, Value};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::gate::{Gate, GatePolicy};
+use super::gate::Gate;
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
 use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, within_connect_timeout,
+    Address, backend_error, connect_manager, shown_all, within_connect_timeout,
 };
 use crate::backend::listener::{PubSubConnection, Running};
 use crate::backend::scripts;
 use crate::backend::wakeups::Wakeups;
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::{LockError, redact_url};
 
 /// The channel on which sentinels announce a new primary.
@@ -68,7 +69,7 @@ struct Shared {
     master_name: String,
     sentinels: Vec<Address>,
     template: PrimaryTemplate,
-    options: ConnectOptions,
+    settings: ConnectSettings,
     /// How messages show this set: its name and sentinels, redacted.
     shown: String,
     current: RwLock<Current>,
@@ -186,44 +187,25 @@ fn split_sentinel_url(url: &str) -> Result<(String, PrimaryTemplate), LockError>
 }
 
 impl Sentinel {
-    /// Find the primary of `master_name` through `sentinels`, connect and
-    /// check it, and start following it.
+    /// Find the primary of `master_name` through `sentinels` (as checked
+    /// by `Target::check`), connect and check it, and start following it.
     pub(crate) async fn connect(
         master_name: &str,
         sentinel_urls: &[String],
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
     ) -> Result<SentinelBackend, LockError> {
-        if master_name.is_empty() {
-            return Err(LockError::invalid(
-                "master_name",
-                "the name of the monitored set is empty",
-            ));
-        }
-        let mut sentinels = Vec::new();
-        let mut template = None;
-        for url in sentinel_urls {
-            let (sentinel_url, primary) = split_sentinel_url(url)?;
-            sentinels.push(Address::parse(&sentinel_url)?);
-            template.get_or_insert(primary);
-        }
-        let Some(template) = template else {
-            return Err(LockError::invalid("sentinels", "no sentinel URL given"));
-        };
+        let (sentinels, template) = parse_sentinels(sentinel_urls)?;
         let shown = format!(
             "sentinel `{master_name}` via {}",
-            sentinels
-                .iter()
-                .map(|s| s.shown.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+            shown_all(&sentinels, ",")
         );
-        let gate = Arc::new(Gate::new(&shown, policy));
+        let gate = Arc::new(Gate::new(&shown, gate_settings));
         let wakeups: Arc<Wakeups> = Arc::default();
         let (pushes, pushes_rx) = mpsc::unbounded_channel();
 
-        let address = resolve(master_name, &sentinels, &template, options, &shown).await?;
-        let mut conn = open_primary(&address, options, pushes.clone()).await?;
+        let address = resolve(master_name, &sentinels, &template, settings, &shown).await?;
+        let mut conn = open_primary(&address, settings, pushes.clone()).await?;
         gate.check(&mut conn, true).await?;
         scripts::preload(&mut conn, &shown).await?;
 
@@ -232,7 +214,7 @@ impl Sentinel {
             master_name: master_name.to_owned(),
             sentinels,
             template,
-            options: options.clone(),
+            settings: settings.clone(),
             shown: shown.clone(),
             current: RwLock::new(Current { address, conn }),
             kick: Arc::new(Notify::new()),
@@ -240,16 +222,7 @@ impl Sentinel {
             pubsub: Mutex::new(None),
             _alive: alive,
         });
-        let (switches_tx, switches_rx) = mpsc::unbounded_channel();
-        for sentinel in &shared.sentinels {
-            tokio::spawn(hear_switches(
-                sentinel.clone(),
-                sentinel.client(options)?,
-                master_name.to_owned(),
-                switches_tx.clone(),
-                alive_rx.clone(),
-            ));
-        }
+        let switches_rx = shared.hear_switches(alive_rx)?;
         tokio::spawn(follow(
             Arc::downgrade(&shared),
             Arc::downgrade(&gate),
@@ -262,7 +235,42 @@ impl Sentinel {
     }
 }
 
+/// The sentinels' addresses, and the template of the primary's URL (from
+/// the first sentinel URL).
+fn parse_sentinels(urls: &[String]) -> Result<(Vec<Address>, PrimaryTemplate), LockError> {
+    let mut sentinels = Vec::new();
+    let mut template = None;
+    for url in urls {
+        let (sentinel_url, primary) = split_sentinel_url(url)?;
+        sentinels.push(Address::parse(&sentinel_url)?);
+        template.get_or_insert(primary);
+    }
+    let Some(template) = template else {
+        return Err(LockError::invalid("sentinels", "no sentinel URL given"));
+    };
+    Ok((sentinels, template))
+}
+
 impl Shared {
+    /// Listen to every sentinel's `+switch-master` announcements for this
+    /// set, until `alive` is dropped; the switches arrive on the receiver.
+    fn hear_switches(
+        &self,
+        alive: watch::Receiver<()>,
+    ) -> Result<mpsc::UnboundedReceiver<()>, LockError> {
+        let (switches_tx, switches_rx) = mpsc::unbounded_channel();
+        for sentinel in &self.sentinels {
+            tokio::spawn(hear_switches(
+                sentinel.clone(),
+                sentinel.client(&self.settings)?,
+                self.master_name.clone(),
+                switches_tx.clone(),
+                alive.clone(),
+            ));
+        }
+        Ok(switches_rx)
+    }
+
     fn current(&self) -> std::sync::RwLockReadGuard<'_, Current> {
         self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -283,7 +291,7 @@ impl Shared {
             &self.master_name,
             &self.sentinels,
             &self.template,
-            &self.options,
+            &self.settings,
             &self.shown,
         )
         .await
@@ -291,7 +299,7 @@ impl Shared {
             Ok(address) => address,
             Err(error) => {
                 let known = self.current().address.clone();
-                if !matches!(is_primary(&known, &self.options).await, Ok(true)) {
+                if !matches!(is_primary(&known, &self.settings).await, Ok(true)) {
                     return Err(error);
                 }
                 tracing::debug!(%error, "leasehold: no sentinel answers; keeping the primary");
@@ -300,7 +308,7 @@ impl Shared {
         };
         let known = self.current().address.shown.clone();
         if address.shown != known {
-            let mut conn = open_primary(&address, &self.options, self.pushes.clone()).await?;
+            let mut conn = open_primary(&address, &self.settings, self.pushes.clone()).await?;
             let identity = gate.identify(&mut conn).await?;
             tracing::warn!(set = %self.master_name, from = %known, to = %address.shown, "leasehold: the primary failed over; held leases are checked on the new one");
             // The change is announced before any command of this client
@@ -320,7 +328,7 @@ impl Shared {
             gate.check(&mut conn, false).await?;
         }
         if let Some(pubsub) = self.pubsub() {
-            let moved = pubsub.move_to(&address, &self.options).await?;
+            let moved = pubsub.move_to(&address, &self.settings).await?;
             if moved {
                 wakeups.wake_all();
             }
@@ -340,7 +348,7 @@ async fn resolve(
     master_name: &str,
     sentinels: &[Address],
     template: &PrimaryTemplate,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     shown: &str,
 ) -> Result<Address, LockError> {
     let mut errors = Vec::new();
@@ -350,11 +358,11 @@ async fn resolve(
         errors.push(error.to_string());
     };
     for sentinel in sentinels {
-        match ask(master_name, sentinel, options).await {
+        match ask(master_name, sentinel, settings).await {
             Ok(Some((host, port))) => {
                 let address = Address::parse(&template.url(&host, port))?;
                 // A sentinel may name a primary that was just demoted.
-                match is_primary(&address, options).await {
+                match is_primary(&address, settings).await {
                     Ok(true) => return Ok(address),
                     Ok(false) => errors.push(format!("{} is not a primary", address.shown)),
                     Err(e) => failed(e, &mut errors),
@@ -379,36 +387,36 @@ async fn resolve(
 async fn ask(
     master_name: &str,
     sentinel: &Address,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
 ) -> Result<Option<(String, u16)>, LockError> {
-    let client = sentinel.client(options)?;
+    let client = sentinel.client(settings)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
-        options,
+        settings,
         &sentinel.shown,
     )
     .await?;
     let mut cmd = redis::cmd("SENTINEL");
     cmd.arg("get-master-addr-by-name").arg(master_name);
     let asking = cmd.query_async::<Option<(String, u16)>>(&mut con);
-    match tokio::time::timeout(options.response_timeout, asking).await {
+    match tokio::time::timeout(settings.response_timeout, asking).await {
         Ok(answer) => answer.map_err(|e| backend_error(&sentinel.shown, e)),
         Err(_) => Err(LockError::backend(&sentinel.shown, "no answer in time")),
     }
 }
 
 /// Whether the server at `address` says `ROLE` master.
-async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool, LockError> {
-    let client = address.client(options)?;
+async fn is_primary(address: &Address, settings: &ConnectSettings) -> Result<bool, LockError> {
+    let client = address.client(settings)?;
     let mut con = within_connect_timeout(
         client.get_multiplexed_async_connection(),
-        options,
+        settings,
         &address.shown,
     )
     .await?;
     let cmd = redis::cmd("ROLE");
     let asking = cmd.query_async::<Value>(&mut con);
-    let role = match tokio::time::timeout(options.response_timeout, asking).await {
+    let role = match tokio::time::timeout(settings.response_timeout, asking).await {
         Ok(role) => role.map_err(|e| backend_error(&address.shown, e))?,
         Err(_) => return Err(LockError::backend(&address.shown, "no answer in time")),
     };
@@ -425,12 +433,12 @@ async fn is_primary(address: &Address, options: &ConnectOptions) -> Result<bool,
 /// The command connection to a primary (RESP3, so it reports disconnections).
 async fn open_primary(
     address: &Address,
-    options: &ConnectOptions,
+    settings: &ConnectSettings,
     pushes: mpsc::UnboundedSender<redis::PushInfo>,
 ) -> Result<ConnectionManager, LockError> {
     connect_manager(
-        address.resp3_client(options)?,
-        options,
+        address.resp3_client(settings)?,
+        settings,
         &address.shown,
         Some(pushes),
         false,
@@ -593,15 +601,15 @@ impl PubSub {
     async fn move_to(
         &self,
         address: &Address,
-        options: &ConnectOptions,
+        settings: &ConnectSettings,
     ) -> Result<bool, LockError> {
         let mut state = self.state.lock().await;
         if state.shown == address.shown {
             return Ok(false);
         }
         let mut conn = connect_manager(
-            address.resp3_client(options)?,
-            options,
+            address.resp3_client(settings)?,
+            settings,
             &address.shown,
             Some(self.pushes.clone()),
             true,
@@ -655,8 +663,8 @@ impl Topology for Sentinel {
             let address = self.shared.current().address.clone();
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                address.resp3_client(&self.shared.options)?,
-                &self.shared.options,
+                address.resp3_client(&self.shared.settings)?,
+                &self.shared.settings,
                 &address.shown,
                 Some(push_tx.clone()),
                 true,

@@ -15,15 +15,14 @@ use redis::PushKind;
 use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
-use super::gate::{Gate, GatePolicy};
+use super::gate::Gate;
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
-use crate::backend::connect::{
-    Address, ConnectOptions, backend_error, connect_manager, manager_config,
-};
+use crate::backend::connect::{Address, backend_error, connect_manager, manager_config};
 use crate::backend::listener::Running;
 use crate::backend::scripts;
 use crate::backend::wakeups::Wakeups;
+use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// The longest pause between two identity checks after a reconnection.
@@ -32,7 +31,7 @@ const MAX_CHECK_DELAY: Duration = Duration::from_secs(1);
 pub(crate) struct Server {
     conn: ConnectionManager,
     address: Address,
-    options: ConnectOptions,
+    settings: ConnectSettings,
 }
 
 /// The single-server backend.
@@ -44,16 +43,16 @@ impl Server {
     /// announcements go to `wakeups`.
     pub(crate) async fn connect(
         url: &str,
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
         wakeups: Arc<Wakeups>,
     ) -> Result<ServerBackend, LockError> {
-        let backend = Server::connect_lazy(url, options, policy, wakeups)?;
-        match tokio::time::timeout(options.connect_timeout, backend.verify_now()).await {
+        let backend = Server::connect_lazy(url, settings, gate_settings, wakeups)?;
+        match tokio::time::timeout(settings.connect_timeout, backend.verify_now()).await {
             Ok(checked) => checked.map(|()| backend),
             Err(_) => Err(LockError::backend(
                 backend.server(),
-                format!("could not connect within {:?}", options.connect_timeout),
+                format!("could not connect within {:?}", settings.connect_timeout),
             )),
         }
     }
@@ -63,16 +62,16 @@ impl Server {
     /// checked then, before it grants anything). For Redlock's nodes.
     pub(crate) fn connect_lazy(
         url: &str,
-        options: &ConnectOptions,
-        policy: GatePolicy,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
         wakeups: Arc<Wakeups>,
     ) -> Result<ServerBackend, LockError> {
         let address = Address::parse(url)?;
-        let gate = Arc::new(Gate::new(&address.shown, policy));
+        let gate = Arc::new(Gate::new(&address.shown, gate_settings));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = ConnectionManager::new_lazy_with_config(
-            address.resp3_client(options)?,
-            manager_config(options).set_push_sender(tell_gate(&gate, push_tx)),
+            address.resp3_client(settings)?,
+            manager_config(settings).set_push_sender(tell_gate(&gate, push_tx)),
         )
         .map_err(|e| backend_error(&address.shown, e))?;
         tokio::spawn(recheck_after_reconnects(
@@ -84,7 +83,7 @@ impl Server {
         let topology = Server {
             conn,
             address,
-            options: options.clone(),
+            settings: settings.clone(),
         };
         Ok(RedisBackend::new(topology, server, wakeups, gate))
     }
@@ -180,8 +179,8 @@ impl Topology for Server {
         Box::pin(async move {
             let (push_tx, push_rx) = mpsc::unbounded_channel();
             let conn = connect_manager(
-                self.address.resp3_client(&self.options)?,
-                &self.options,
+                self.address.resp3_client(&self.settings)?,
+                &self.settings,
                 &self.address.shown,
                 Some(push_tx),
                 true,

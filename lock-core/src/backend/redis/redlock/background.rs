@@ -1,0 +1,128 @@
+//! The work an operation leaves to run after it returned: levelling the
+//! fences of the masters that did not grant, and releasing on the masters
+//! that have not answered yet.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use super::fan_out::{Answers, Master, Masters, NodeReply, Owner, until_answered};
+use crate::backend::scripts::{self, Raise};
+use crate::backend::{Acquired, BoxFuture, Owned};
+use crate::error::LockError;
+
+/// After a won vote, in the background: raise the counter of every master
+/// that did not grant (it refused, failed, or answers only now) up to the
+/// token, trying each until it answers or the lease ends. The granting
+/// majority carries the token already; this is for the case where one of
+/// its masters loses its data (a restart without persistence): a later
+/// majority made of that master and masters that did not grant must still
+/// issue a higher token, also to a client whose clock is behind this one's.
+/// A late master that grants the same token (clocks in step, the usual
+/// case) is sent nothing.
+pub(super) struct Levelling {
+    pub(super) masters: Masters,
+    pub(super) lock: Owner,
+    pub(super) fence: u64,
+    pub(super) ttl: Duration,
+    pub(super) until: Instant,
+    pub(super) per_try: Duration,
+}
+
+impl Levelling {
+    /// Start it: `refusing` are the masters that did not grant, `late` the
+    /// answers still to come.
+    pub(super) fn spawn(self, refusing: Vec<usize>, mut late: Answers<'static, Acquired>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut raises: FuturesUnordered<_> =
+                refusing.into_iter().map(|i| self.raise(i)).collect();
+            loop {
+                tokio::select! {
+                    Some((index, reply)) = late.next() => {
+                        if !matches!(reply, Ok(Acquired::Yes { fence }) if fence >= self.fence) {
+                            raises.push(self.raise(index));
+                        }
+                    }
+                    Some(()) = raises.next() => {}
+                    else => return,
+                }
+            }
+        });
+    }
+
+    /// Raise master `index`'s counter to the fence, until it answers.
+    async fn raise(&self, index: usize) {
+        let Some(master) = self.masters.get(index) else {
+            return;
+        };
+        let lock = &self.lock;
+        let raised = until_answered(master.server(), self.until, self.per_try, || async {
+            let mut con = master.connection();
+            scripts::raise_fence(
+                &mut con,
+                &lock.keys,
+                &lock.token,
+                self.fence,
+                self.ttl,
+                Raise::Always,
+            )
+            .await
+            .map_err(|e| e.into_lock_error(master.server(), &lock.keys))
+        })
+        .await;
+        if let Err(error) = raised {
+            tracing::debug!(key = %lock.keys.key, %error, "leasehold: redlock master's fence not levelled");
+        }
+    }
+}
+
+/// Release the lock on one master, trying again while it cannot be
+/// reached, until `deadline` (the lease's validity: after it the master's
+/// copy expires by itself).
+pub(super) async fn release_on(
+    master: Master,
+    lock: Owner,
+    keep: Duration,
+    deadline: Instant,
+    per_try: Duration,
+) -> NodeReply<Owned> {
+    until_answered(master.server(), deadline, per_try, || async {
+        master
+            .release_script(
+                &lock.keys,
+                &lock.token,
+                keep,
+                deadline,
+                scripts::Announce::Always,
+            )
+            .await
+            .map(|released| released.owned)
+    })
+    .await
+}
+
+/// Run `release` as a task of its own, which goes on after its caller
+/// stops waiting (or without a runtime, here), and wait for its answer.
+pub(super) fn in_own_task(
+    server: &str,
+    release: impl Future<Output = NodeReply<Owned>> + Send + 'static,
+) -> BoxFuture<'static, NodeReply<Owned>> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Box::pin(release);
+    };
+    let task = runtime.spawn(release);
+    let server = server.to_owned();
+    Box::pin(async move {
+        task.await.unwrap_or_else(|error| {
+            Err(LockError::backend(
+                &server,
+                format!("release task ended: {error}"),
+            ))
+        })
+    })
+}

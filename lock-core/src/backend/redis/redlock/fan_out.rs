@@ -1,0 +1,143 @@
+//! Sending one operation to many masters: every operation of
+//! [`RedlockBackend`](super::RedlockBackend) goes through [`Masters::ask`],
+//! and work that must outlast its caller through [`until_answered`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use crate::backend::redis::server::ServerBackend;
+use crate::backend::{BoxFuture, LockKeys};
+use crate::error::LockError;
+
+/// The longest pause between two tries of a master that did not answer (a
+/// release or a fence levelled in the background).
+const MAX_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// One master, shared with the work that goes on in the background.
+pub(super) type Master = Arc<ServerBackend>;
+
+/// What one master answered, or that it did not.
+pub(super) type NodeReply<T> = Result<T, LockError>;
+
+/// The masters' answers as they arrive, each with its master's index.
+pub(super) type Answers<'a, T> = FuturesUnordered<BoxFuture<'a, (usize, NodeReply<T>)>>;
+
+/// The independent masters of one Redlock deployment (a cheap clone).
+#[derive(Clone)]
+pub(super) struct Masters(Arc<[Master]>);
+
+impl Masters {
+    pub(super) fn new(masters: Vec<ServerBackend>) -> Masters {
+        Masters(masters.into_iter().map(Arc::new).collect())
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(super) fn get(&self, index: usize) -> Option<&Master> {
+        self.0.get(index)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Master> {
+        self.0.iter()
+    }
+
+    /// Send `op` to the masters at `which` at once, each bounded by
+    /// `timeout`: a master that does not answer in time answers an error.
+    pub(super) fn ask<'a, T, F, Fut>(
+        &self,
+        which: impl IntoIterator<Item = usize>,
+        timeout: Duration,
+        op: F,
+    ) -> Answers<'a, T>
+    where
+        F: Fn(Master) -> Fut,
+        Fut: Future<Output = NodeReply<T>> + Send + 'a,
+        T: 'a,
+    {
+        which
+            .into_iter()
+            .filter_map(|index| Some((index, self.0.get(index)?.clone())))
+            .map(|(index, master)| {
+                let asked = tokio::time::timeout(timeout, op(master.clone()));
+                Box::pin(async move {
+                    let reply = asked
+                        .await
+                        .unwrap_or_else(|_| Err(no_answer(master.server(), timeout)));
+                    (index, reply)
+                }) as BoxFuture<'a, _>
+            })
+            .collect()
+    }
+
+    /// [`ask`](Self::ask) every master, and wait for all the answers, in
+    /// the masters' order.
+    pub(super) async fn ask_all<'a, T, F, Fut>(&self, timeout: Duration, op: F) -> Vec<NodeReply<T>>
+    where
+        F: Fn(Master) -> Fut,
+        Fut: Future<Output = NodeReply<T>> + Send + 'a,
+        T: 'a,
+    {
+        let mut answers: Vec<(usize, NodeReply<T>)> =
+            self.ask(0..self.len(), timeout, op).collect().await;
+        answers.sort_unstable_by_key(|&(index, _)| index);
+        answers.into_iter().map(|(_, reply)| reply).collect()
+    }
+}
+
+/// The error of a master that did not answer within `timeout`.
+pub(super) fn no_answer(server: &str, timeout: Duration) -> LockError {
+    LockError::backend(server, format!("no answer within {timeout:?}"))
+}
+
+/// A lock's names and the caller's token, owned (for work that goes on in
+/// the background).
+#[derive(Clone)]
+pub(super) struct Owner {
+    pub(super) keys: Arc<LockKeys>,
+    pub(super) token: Arc<str>,
+}
+
+impl Owner {
+    pub(super) fn new(keys: &LockKeys, token: &str) -> Owner {
+        Owner {
+            keys: Arc::new(keys.clone()),
+            token: Arc::from(token),
+        }
+    }
+}
+
+/// `op` on the master `server`, each try bounded by `per_try`, tried again
+/// (with a growing pause) while the master cannot be reached, until
+/// `deadline`. Returns its answer, or the last error.
+pub(super) async fn until_answered<T, F, Fut>(
+    server: &str,
+    deadline: Instant,
+    per_try: Duration,
+    op: F,
+) -> NodeReply<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = NodeReply<T>>,
+{
+    let mut delay = Duration::from_millis(10);
+    loop {
+        let error = match tokio::time::timeout(per_try, op()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(error)) if !error.is_unavailable() => return Err(error),
+            Ok(Err(error)) => error,
+            Err(_) => no_answer(server, per_try),
+        };
+        if Instant::now() + delay >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(MAX_RETRY_DELAY);
+    }
+}
