@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::lazy::LazyBackend;
-use crate::backend::memory::MemoryBackend;
 use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
@@ -587,13 +585,9 @@ impl LockClientBuilder {
         target.check()?;
         self.check_tls_urls(target.urls())?;
         require_runtime(operation)?;
-        let backend: Arc<dyn Backend> = if self.lazy {
-            LazyBackend::start(target, self.settings.connect.clone(), self.settings.gate)?
-        } else {
-            target
-                .open(&self.settings.connect, self.settings.gate)
-                .await?
-        };
+        let backend = target
+            .start(&self.settings.connect, self.settings.gate, self.lazy)
+            .await?;
         Ok(LockClient::from_backend(backend, &self))
     }
 
@@ -699,7 +693,7 @@ impl LockClientBuilder {
                 LockClientBuilder::default()
             }
         };
-        LockClient::from_backend(MemoryBackend::shared(), &builder)
+        LockClient::from_backend(crate::backend::in_memory(), &builder)
     }
 }
 

@@ -406,6 +406,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
+/// The process-wide in-memory store that every `LockClient::in_memory` shares.
+pub(crate) fn in_memory() -> Arc<dyn Backend> {
+    memory::MemoryBackend::shared()
+}
+
 /// The clock drift allowed for a lease of `ttl`: ttl/100 + 2 ms.
 pub(crate) fn default_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
