@@ -80,25 +80,31 @@ async fn a_lazy_client_checks_the_eviction_policy_when_the_server_answers() {
         .connect(&server.url())
         .await
         .expect("lazy connect");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let error = loop {
-        let error = client
-            .lock("job")
-            .try_acquire()
-            .await
-            .map(|g| g.map(|g| g.fencing_token()))
-            .expect_err("an evicting server grants nothing");
-        if !error.is_unavailable() {
-            break error;
-        }
-        assert!(Instant::now() < deadline, "still {error:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let error = first_answer_from_the_server(&client).await;
     assert!(
         matches!(&error, LockError::Misconfigured { .. })
             && error.to_string().contains("allkeys-lru"),
         "{error:?}"
     );
+}
+
+/// The first error of a lazy client that is not "not connected yet": what
+/// the server answered when it first did. Every attempt must fail.
+async fn first_answer_from_the_server(client: &LockClient) -> LockError {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let error = client
+            .lock("job")
+            .try_acquire()
+            .await
+            .map(|g| g.map(|g| g.fencing_token()))
+            .expect_err("a server refused by its setup grants nothing");
+        if !error.is_unavailable() {
+            return error;
+        }
+        assert!(Instant::now() < deadline, "still {error:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A malformed URL is still an error at once, lazy or not.
@@ -128,20 +134,7 @@ async fn a_lazy_client_reports_a_wrong_password_once_the_server_answers() {
         .connect(&url)
         .await
         .expect("lazy connect");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let error = loop {
-        let error = client
-            .lock("job")
-            .try_acquire()
-            .await
-            .map(|g| g.map(|g| g.fencing_token()))
-            .expect_err("a wrong password grants nothing");
-        if !error.is_unavailable() {
-            break error;
-        }
-        assert!(Instant::now() < deadline, "still {error:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let error = first_answer_from_the_server(&client).await;
     assert!(error.is_misconfigured(), "{error:?}");
     assert!(
         !format!("{error} {error:?}").contains("wrong-s3cret"),

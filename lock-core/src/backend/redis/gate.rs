@@ -178,10 +178,20 @@ impl Gate {
         Ok(Admission::Check(self.refusal(key, reason, until - now)))
     }
 
-    /// A lease of `ttl` on `key` was renewed: like an ask, it tells how long
-    /// the key may be held (by this client) after a change.
-    pub(crate) fn renewed(&self, key: &str, ttl: Duration) {
-        self.state().remember(key, ttl, Instant::now());
+    /// These leases `(key, ttl)` were renewed (a check, ttl zero, is
+    /// skipped): like asks, they tell how long each key may be held (by
+    /// this client) after a change; and found there, each key survived any
+    /// change. One lock of the state for the whole batch.
+    pub(crate) fn renewed<'k>(&self, leases: impl IntoIterator<Item = (&'k str, Duration)>) {
+        let now = Instant::now();
+        let mut state = self.state();
+        for (key, ttl) in leases {
+            if !ttl.is_zero() {
+                state.remember(key, ttl, now);
+            }
+            state.open(key);
+        }
+        self.flag(&state);
     }
 
     /// Keep the fast-path flags in step with `state`.

@@ -536,14 +536,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
             let owned = self.renew_script(batch).await?;
-            for (renewal, _) in batch.iter().zip(&owned).filter(|(_, o)| **o == Owned::Yes) {
-                // Held for another lease: remembered as an ask. Found there
-                // after a change: its key survived it.
-                if !renewal.ttl.is_zero() {
-                    self.gate.renewed(&renewal.keys.key, renewal.ttl);
-                }
-                self.gate.survived(&renewal.keys.key);
-            }
+            // Held for another lease: remembered as asks. Found there after
+            // a change: their keys survived it.
+            self.gate.renewed(
+                batch
+                    .iter()
+                    .zip(&owned)
+                    .filter(|(_, o)| **o == Owned::Yes)
+                    .map(|(renewal, _)| (renewal.keys.key.as_str(), renewal.ttl)),
+            );
             Ok(owned)
         })
     }
