@@ -74,11 +74,15 @@ async fn the_choice_follows_what_the_server_reports() {
         guard.extend(Duration::from_secs(5)).await.expect("extend");
         guard.release().await.expect("release");
         let scripts = server.command_calls("evalsha") - evalsha;
-        let natives = [native && set_ifeq, native && delifeq];
+        // Acquire (the fast path's SET NX … GET on every server here: all
+        // are Redis >= 7.0 or Valkey), extend, release.
+        let natives = [native, native && set_ifeq, native && delifeq];
         let expected = 3 - natives.iter().filter(|n| **n).count() as u64;
-        assert_eq!(
-            scripts, expected,
-            "scripts sent (native {native}, DELIFEQ {delifeq}, SET IFEQ {set_ifeq})"
+        // One more, the grant record, only if the machine was slow enough
+        // for the lease to live past the moment it is written down.
+        assert!(
+            scripts == expected || scripts == expected + 1,
+            "{scripts} scripts sent, {expected} expected (native {native}, DELIFEQ {delifeq}, SET IFEQ {set_ifeq})"
         );
         assert_eq!(
             server.command_calls("delifeq") - deletes,

@@ -4,7 +4,7 @@
 //! given back by the last of them, in one release path shared by
 //! `LockGuard::release` and `Drop`.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Backend, LockKeys, Owned, Release, Renewal};
+use crate::backend::{Backend, LockKeys, Owned, RECORD_AFTER, Release, Renewal};
 use crate::error::{LockError, LostCause};
 use crate::limits::validate_ttl;
 use crate::telemetry::{self, LeaseMetrics};
@@ -71,6 +71,9 @@ pub(crate) struct Lease {
     acquired_at: Instant,
     /// How many guards (outermost + re-entries) share this lease.
     holders: AtomicUsize,
+    /// Its fencing token is written on the server (false: taken on the
+    /// fast path; the watchdog records it [`RECORD_AFTER`] the grant).
+    recorded: AtomicBool,
     status: Mutex<Status>,
     /// Signalled when the state leaves `Held` (not on renewals: a waiter in
     /// `lost()` re-reads the deadline when its sleep ends).
@@ -93,6 +96,7 @@ impl Lease {
         acquired_at: Instant,
     ) -> Arc<Lease> {
         let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label, acquired_at);
+        let recorded = !issuer.backend.records_lazily();
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,
@@ -102,6 +106,7 @@ impl Lease {
             settings,
             acquired_at,
             holders: AtomicUsize::new(1),
+            recorded: AtomicBool::new(recorded),
             status: Mutex::new(Status {
                 state: State::Held,
                 valid_until: acquired_at,
@@ -112,7 +117,11 @@ impl Lease {
             metrics,
         });
         lease.status_mut().valid_until = lease.validity_from(acquired_at, settings.ttl);
-        let first_due = settings.renew.then(|| acquired_at + lease.renew_period());
+        let first_due = if !recorded {
+            Some(acquired_at + RECORD_AFTER)
+        } else {
+            settings.renew.then(|| acquired_at + lease.renew_period())
+        };
         let weak: Weak<dyn Renewable> = Arc::downgrade(&lease) as Weak<dyn Renewable>;
         lease.issuer.watchdog.track(lease.id, weak, first_due);
         lease
@@ -300,7 +309,12 @@ impl Lease {
             keys: self.keys.clone(),
             token: self.token.clone(),
             ttl,
+            record: None,
         }
+    }
+
+    fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Acquire)
     }
 
     /// One more guard of the same owner shares the lease (a re-entry).
@@ -398,7 +412,12 @@ impl Renewable for Lease {
         if status.state != State::Held {
             return None;
         }
-        let ttl = if self.settings.renew && !self.past_max_hold(now) {
+        let record = (!self.is_recorded()).then_some(self.fence);
+        let ttl = if record.is_some() && !audit {
+            // Due to have its fencing token written down: checked only (a
+            // renewal, if any, follows a period later).
+            Duration::ZERO
+        } else if self.settings.renew && !self.past_max_hold(now) {
             self.settings.ttl
         } else if audit {
             // Checked only: the key keeps its expiry (setting it to the
@@ -408,7 +427,9 @@ impl Renewable for Lease {
             return None;
         };
         status.renewing += 1;
-        Some(self.renewal_of(ttl))
+        let mut renewal = self.renewal_of(ttl);
+        renewal.record = record;
+        Some(renewal)
     }
 
     fn renewal_done(&self) {
@@ -423,7 +444,12 @@ impl Renewable for Lease {
     }
 
     fn period(&self) -> Option<Duration> {
-        self.settings.renew.then(|| self.renew_period())
+        if self.settings.renew {
+            Some(self.renew_period())
+        } else {
+            // Looked at once more, to write its fencing token down.
+            (!self.is_recorded()).then_some(RECORD_AFTER)
+        }
     }
 
     fn lease_id(&self) -> u64 {
@@ -447,6 +473,9 @@ impl Renewable for Lease {
     }
 
     fn renewed(&self, sent_at: Instant, renewal: &Renewal) {
+        if renewal.record.is_some() {
+            self.recorded.store(true, Ordering::Release);
+        }
         // A lease without `renew` (or past its max_hold) was only checked:
         // its deadline stays.
         if self.settings.renew && !renewal.ttl.is_zero() {

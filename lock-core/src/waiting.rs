@@ -91,6 +91,7 @@ impl<'a> Waiter<'a> {
                 ttl,
                 in_line,
                 fence_floor: None,
+                fast: !self.is_listening(),
             })
             .await;
         if matches!(reply, Ok(Acquired::Busy { .. }))

@@ -239,6 +239,12 @@ impl Backend for LazyBackend {
             .is_some_and(|backend| backend.busy_leaves_traces())
     }
 
+    fn records_lazily(&self) -> bool {
+        self.connected
+            .get()
+            .is_some_and(|backend| backend.records_lazily())
+    }
+
     fn changes(&self) -> Option<watch::Receiver<ServerChange>> {
         Some(self.changes.subscribe())
     }

@@ -58,6 +58,11 @@ use wakeups::Wakeups;
 /// leave no key behind.
 pub(crate) const FENCE_MEMORY: Duration = Duration::from_secs(3600);
 
+/// How long after its grant a lease that the fast path did not write down
+/// has its fencing token recorded (if it is still held): the locks given
+/// back sooner, most of them, never pay for the record.
+pub(crate) const RECORD_AFTER: Duration = Duration::from_millis(20);
+
 /// How much longer than its expected sleep a waiter's place in line is kept:
 /// a waiter that has not come back by then (crashed) loses its place, and
 /// the lock is no longer kept for it.
@@ -82,6 +87,10 @@ pub(crate) struct Attempt<'a> {
     /// The least fencing token a fresh acquisition may issue (`None`: the
     /// server clock in µs). Redlock sends its own clock to every node.
     pub(crate) fence_floor: Option<u64>,
+    /// The first attempt of an acquisition, which may take the fast path
+    /// (a free lock nobody waits for, see `scripts/fast.rs`); later ones
+    /// know the lock is contended and go straight to the script.
+    pub(crate) fast: bool,
 }
 
 impl<'a> Attempt<'a> {
@@ -147,6 +156,16 @@ impl LockKeys {
 }
 
 impl LockKeys {
+    /// `P{K}:grant`: the record of the holder's fencing token, written a
+    /// moment after a grant that did not write it (see `scripts/fast.rs`).
+    pub(crate) fn grant_record(&self) -> String {
+        let stem = self.lock.strip_suffix(":lock").unwrap_or(&self.lock);
+        let mut name = String::with_capacity(stem.len() + 6);
+        name.push_str(stem);
+        name.push_str(":grant");
+        name
+    }
+
     /// `P{K}:survived`, built when needed (rarely: shortly after a restart
     /// or failover), not on every acquisition.
     pub(crate) fn survival_mark(&self) -> String {
@@ -217,6 +236,10 @@ pub(crate) struct Renewal {
     /// still ours, leaving its expiry as it is (an audit of a lease without
     /// renewal).
     pub(crate) ttl: Duration,
+    /// The lease's fencing token, to be recorded for `inspect` (once, a
+    /// moment after a grant on a backend that records lazily; see
+    /// [`Backend::records_lazily`]).
+    pub(crate) record: Option<u64>,
 }
 
 /// One held lock as the store sees it (see `LockInfo`, built from it).
@@ -387,6 +410,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Whether a busy reply to a one-try attempt may leave a grant behind
     /// (to be abandoned when the acquisition ends).
     fn busy_leaves_traces(&self) -> bool {
+        false
+    }
+
+    /// Whether grants may leave the fencing token unwritten (the fast path),
+    /// so that a lease held past [`RECORD_AFTER`] has it recorded through
+    /// the watchdog (a renewal carrying `record`), for `inspect`.
+    fn records_lazily(&self) -> bool {
         false
     }
 

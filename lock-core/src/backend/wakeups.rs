@@ -90,7 +90,9 @@ impl Wakeups {
         }
         entry.announced = Some(Seen::from(announcement));
         let named = match announcement {
-            Announcement::Next(next) => entry.line.iter().find(|(t, _)| t == next),
+            Announcement::Next(next) | Announcement::Again(next) => {
+                entry.line.iter().find(|(t, _)| t == next)
+            }
             Announcement::Free(_) => None,
         };
         match named {
@@ -130,14 +132,23 @@ pub(crate) enum Announcement<'a> {
     Next(&'a str),
     /// `free:<token>`: released by `token`, nobody waits in line.
     Free(&'a str),
+    /// `again:<token>`: this waiter is still first in line, and the lock is
+    /// free again: a newcomer's fast acquisition took it for a moment after
+    /// the release that named this waiter, and gave it back (`acquire.lua`,
+    /// claimed mode). Not the same announcement as that release's, so it is
+    /// not taken for it heard twice.
+    Again(&'a str),
 }
 
 impl<'a> Announcement<'a> {
     /// Parse a published message; anything unexpected counts as "free".
     pub(crate) fn parse(message: &'a str) -> Announcement<'a> {
-        match message.strip_prefix("next:") {
-            Some(token) => Announcement::Next(token),
-            None => Announcement::Free(message.strip_prefix("free:").unwrap_or(message)),
+        if let Some(token) = message.strip_prefix("next:") {
+            Announcement::Next(token)
+        } else if let Some(token) = message.strip_prefix("again:") {
+            Announcement::Again(token)
+        } else {
+            Announcement::Free(message.strip_prefix("free:").unwrap_or(message))
         }
     }
 }
@@ -147,6 +158,8 @@ impl<'a> Announcement<'a> {
 enum Seen {
     Next(String),
     Free(String),
+    /// Never the same as another: each is heard once (by pub/sub only).
+    Again,
 }
 
 impl From<Announcement<'_>> for Seen {
@@ -154,6 +167,7 @@ impl From<Announcement<'_>> for Seen {
         match announcement {
             Announcement::Next(t) => Seen::Next(t.to_owned()),
             Announcement::Free(t) => Seen::Free(t.to_owned()),
+            Announcement::Again(_) => Seen::Again,
         }
     }
 }

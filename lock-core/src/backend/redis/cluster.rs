@@ -271,6 +271,10 @@ impl Topology for Cluster {
         false
     }
 
+    fn fast_path(&self) -> bool {
+        false
+    }
+
     fn renew<'a>(
         &'a self,
         batch: &'a [Renewal],

@@ -42,8 +42,8 @@ use super::listener::{Listener, Running};
 use super::scripts::{self, ScriptError};
 use super::wakeups::{Announcement, Wakeups};
 use super::{
-    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, Release, Renewal, Reply,
-    SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
+    Acquired, Attempt, Backend, BoxFuture, Inspected, LockKeys, Owned, RECORD_AFTER, Release,
+    Renewal, Reply, SCAN_COUNT, ServerChange, key_of_lock_name, lock_glob,
 };
 use crate::error::LockError;
 use gate::Admission;
@@ -152,7 +152,18 @@ pub(crate) trait Topology: Send + Sync + 'static {
     fn waits_for_replicas(&self) -> bool {
         true
     }
+
+    /// Whether a first attempt may take the fast path (`scripts/fast.rs`):
+    /// its pipeline (`SET`, `GET`, `TIME`) must reach one server, which a
+    /// cluster connection does not promise for `TIME`.
+    fn fast_path(&self) -> bool {
+        true
+    }
 }
+
+/// How many times `inspect` looks again for a holder's fencing token that
+/// is not recorded yet, [`RECORD_AFTER`] apart.
+const INSPECT_LOOKS: u32 = 6;
 
 /// How many locks `list` inspects at once.
 const LIST_CONCURRENCY: usize = 16;
@@ -378,13 +389,31 @@ impl<T: Topology> RedisBackend<T> {
     }
 
     /// The inspect script (no gate: it only reads).
+    ///
+    /// A holder whose fencing token is not recorded yet (taken on the fast
+    /// path a moment ago: the watchdog writes it [`RECORD_AFTER`] the
+    /// grant) is looked at again a few times, so that the token shown is
+    /// the holder's; a holder frozen right after its grant (or one holding
+    /// longer than the record is kept) shows the last token a script wrote.
     pub(crate) async fn inspect_script(
         &self,
         keys: &LockKeys,
     ) -> Result<Option<Inspected>, LockError> {
-        self.call(|mut con| async move { scripts::inspect(&mut con, keys).await })
-            .await
-            .map_err(|e| e.into_lock_error(&self.server, keys))
+        let records = self.topology.fast_path();
+        let mut looks = 0;
+        loop {
+            let seen = self
+                .call(|mut con| async move { scripts::inspect(&mut con, keys, records).await })
+                .await
+                .map_err(|e| e.into_lock_error(&self.server, keys))?;
+            match seen {
+                Some((_, false)) if looks < INSPECT_LOOKS => {
+                    looks += 1;
+                    tokio::time::sleep(RECORD_AFTER).await;
+                }
+                other => return Ok(other.map(|(inspected, _)| inspected)),
+            }
+        }
     }
 
     /// The keys (without prefix) of the lock names under `prefix` matching
@@ -450,25 +479,45 @@ impl<T: Topology> RedisBackend<T> {
 impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let fence_floor = attempt.fence_floor;
+        let fast = attempt.fast && fence_floor.is_none() && self.topology.fast_path();
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
             }
             self.admit(keys, ttl).await?;
-            let attempt = |mut con: T::Conn| async move {
-                scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
+            let publish = self.topology.publish();
+            // The script; `claimed` after a fast attempt that may have
+            // taken the lock (its key is taken back and decided again).
+            let script = |mut con: T::Conn, claimed: bool| async move {
+                let claimed = claimed.then_some(publish);
+                scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor, claimed).await
+            };
+            let first = async {
+                if !fast {
+                    return script(self.topology.connection(), false).await;
+                }
+                let mut con = self.topology.connection();
+                match scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl)
+                    .await?
+                {
+                    Some(scripts::fast::Fast::Yes { fence }) => Ok(Acquired::Yes { fence }),
+                    Some(scripts::fast::Fast::Busy) => Ok(Acquired::Busy { expires_in: None }),
+                    Some(scripts::fast::Fast::Resolve) => script(con, true).await,
+                    None => script(con, false).await,
+                }
             };
             let connection = self.gate.connection_number();
-            let acquired = match attempt(self.topology.connection()).await {
+            let acquired = match first.await {
                 // The connection broke: the server may be another one now.
-                // Read its identity before sending the attempt again.
+                // Read its identity before sending the attempt again (as
+                // the script, claimed: a fast attempt may have got through).
                 Err(e) if e.connection_broke() => {
                     tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
                     self.gate.unverify();
                     self.verify(keys).await?;
                     self.admit(keys, ttl).await?;
-                    attempt(self.topology.connection()).await
+                    script(self.topology.connection(), fast).await
                 }
                 other => other,
             }
@@ -489,6 +538,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
             }
             Ok(acquired)
         })
+    }
+
+    fn records_lazily(&self) -> bool {
+        self.topology.fast_path()
     }
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {

@@ -16,6 +16,16 @@
 -- ARGV[5]  the floor of a new fencing token: 0 for the server clock in µs;
 --          otherwise this number (Redlock sends its client's clock, the same
 --          to every node, so that nodes in step issue the same token)
+-- ARGV[6]  (optional) '1': claimed mode, after the fast acquisition
+--          (fast.rs) may have taken the lock with a plain SET NX and found
+--          the line marker (or anything it does not decide). The caller's
+--          own key is taken back first, and the call decides as if it had
+--          not been there: ours if nobody waits before us, else the first
+--          in line's (if a waiter saw our key, marked it and sleeps until
+--          its lease ends, `again:<first in line>` through ARGV[8] on
+--          ARGV[7] wakes the first in line).
+-- ARGV[7]  (claimed mode) the lock's release channel
+-- ARGV[8]  (claimed mode) the publish command: PUBLISH or SPUBLISH
 --
 -- The line marker (marker.lua): a '+' in front of the fence key's value
 -- (and of the lock key's token) says that someone may wait in line. A free
@@ -82,6 +92,16 @@ end
 
 local head -- the first in line; nil until looked at
 
+-- Claimed mode: the caller's fast SET is taken back, to be decided again.
+local seen = false -- a waiter marked the caller's key: it sleeps on its lease
+if ARGV[6] == '1' then
+  local mine, marked = unmarked(redis.pcall('GET', KEYS[1]))
+  if mine == token then
+    redis.call('DEL', KEYS[1])
+    seen = marked
+  end
+end
+
 -- The first in line, looked at once per call.
 local function line_head()
   if head == nil then
@@ -143,6 +163,12 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
     mark_fence(last)
     if type(head) == 'table' then
       return head
+    end
+    if seen then
+      -- 'again:', not 'next:': the head was most likely told it is next
+      -- by the release just before, and a client takes the same
+      -- announcement twice for one heard twice (directly, then by pub/sub).
+      redis.call(ARGV[8], ARGV[7], 'again:' .. head)
     end
   else
     if head then

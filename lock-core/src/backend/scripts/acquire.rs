@@ -22,7 +22,9 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// `token` (or it is already `token`'s). With `in_line`, a busy reply keeps
 /// (or takes) `token`'s place in the lock's line. A new fencing token is
 /// above the last one and at least `fence_floor` (`None`: the server clock
-/// in µs).
+/// in µs). With `claimed` (the publish command), the call follows a fast
+/// acquisition ([`super::fast`]) that may have taken the lock already: that
+/// key is taken back and the call decides as if it had not been there.
 pub(crate) async fn acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
@@ -30,6 +32,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     ttl: Duration,
     in_line: bool,
     fence_floor: Option<u64>,
+    claimed: Option<&str>,
 ) -> Result<Acquired, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 4);
     cmd.arg(&keys.lock)
@@ -41,6 +44,9 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(millis(ttl + FENCE_MEMORY))
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(fence_floor.unwrap_or(0));
+    if let Some(publish) = claimed {
+        cmd.arg(1).arg(&keys.channel).arg(publish);
+    }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {
         // The fence, as a decimal string.

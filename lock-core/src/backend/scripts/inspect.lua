@@ -5,12 +5,16 @@
 -- KEYS[2]  the fence key (integer counter)
 -- KEYS[3]  the line of waiting tokens (list)
 -- KEYS[4]  the waiters' places (hash: token -> until when, in server ms)
+-- KEYS[5]  (optional) the grant record (record.lua): '<fence> <owner token>'
 --
 -- Returns {}                          the lock is free
---         {token, pttl, fence, n}     held by `token` for `pttl` more ms (-1:
+--         {token, pttl, fence, n, r}  held by `token` for `pttl` more ms (-1:
 --                                     no expiry), fencing counter `fence`
 --                                     (0: none), `n` waiters whose places
---                                     are still kept
+--                                     are still kept; `r` the holder's
+--                                     recorded fencing token, '' if KEYS[5]
+--                                     holds no record of this holder (a
+--                                     lease the fast path took a moment ago)
 --         {-1, i}                     KEYS[i] holds a value of another type
 --                                     (KEYS[1]: also a string that is not
 --                                     an owner token, written by something
@@ -52,4 +56,14 @@ if #line > 0 then
     end
   end
 end
-return {holder, pttl, unmarked(fence) or '0', waiters}
+local recorded = ''
+if KEYS[5] then
+  local record = redis.pcall('GET', KEYS[5])
+  if type(record) == 'string' then
+    local space = string.find(record, ' ', 1, true)
+    if space and string.sub(record, space + 1) == holder then
+      recorded = string.sub(record, 1, space - 1)
+    end
+  end
+end
+return {holder, pttl, unmarked(fence) or '0', waiters, recorded}

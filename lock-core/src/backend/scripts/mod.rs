@@ -16,10 +16,12 @@
 
 mod abandon;
 mod acquire;
+pub(crate) mod fast;
 mod force_release;
 mod inspect;
 pub(crate) mod native;
 mod raise_fence;
+mod record;
 mod release;
 mod renew;
 
@@ -41,6 +43,7 @@ pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
+pub(crate) use record::record;
 pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, release};
 /// renew.lua as Redis runs it, for the model's conformance test.
@@ -53,11 +56,12 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 7] {
+pub(crate) fn all() -> [&'static Script; 8] {
     [
         &acquire::SCRIPT,
         &release::SCRIPT,
         &renew::SCRIPT,
+        &record::SCRIPT,
         &abandon::SCRIPT,
         &raise_fence::SCRIPT,
         &inspect::SCRIPT,
@@ -178,11 +182,12 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 7] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 8] {
     [
         ("acquire", &acquire::SCRIPT, acquire::SOURCE),
         ("release", &release::SCRIPT, release::SOURCE),
         ("renew", &renew::SCRIPT, renew::SOURCE),
+        ("record", &record::SCRIPT, record::SOURCE),
         ("abandon", &abandon::SCRIPT, abandon::SOURCE),
         ("raise_fence", &raise_fence::SCRIPT, raise_fence::SOURCE),
         ("inspect", &inspect::SCRIPT, inspect::SOURCE),

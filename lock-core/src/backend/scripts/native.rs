@@ -47,6 +47,10 @@ impl Natives {
     pub(crate) const DELEX: Natives = Natives(2);
     /// `SET key value IFEQ old …` (Valkey ≥ 8.1, Redis ≥ 8.4).
     pub(crate) const SET_IFEQ: Natives = Natives(4);
+    /// `SET key value NX PX ms GET` (Redis ≥ 7.0, every Valkey): the fast
+    /// acquisition (`fast.rs`) tells a taken lock from a wrong-typed key in
+    /// its one command.
+    pub(crate) const SET_NX_GET: Natives = Natives(8);
 
     /// Whether every flag of `other` is in `self`.
     pub(crate) fn has(self, other: Natives) -> bool {
@@ -78,7 +82,7 @@ impl Natives {
         }
         match (name, valkey) {
             (Some("valkey"), Some(v)) | (None, Some(v)) => {
-                let mut natives = Natives::NONE;
+                let mut natives = Natives::SET_NX_GET;
                 if v >= (8, 1) {
                     natives.0 |= Natives::SET_IFEQ.0;
                 }
@@ -88,7 +92,10 @@ impl Natives {
                 natives
             }
             (None | Some("redis"), None) if !other_fork => match redis {
-                Some(v) if v >= (8, 4) => Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0),
+                Some(v) if v >= (8, 4) => {
+                    Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0)
+                }
+                Some(v) if v >= (7, 0) => Natives::SET_NX_GET,
                 _ => Natives::NONE,
             },
             _ => Natives::NONE,
@@ -134,7 +141,7 @@ impl Offered {
 
     /// The server refused `native` (unknown to it after all, or not allowed
     /// to this user): the Lua twin serves from now on.
-    fn refuse(&self, native: Natives) {
+    pub(crate) fn refuse(&self, native: Natives) {
         self.refused.fetch_or(native.0, Ordering::AcqRel);
     }
 }
@@ -242,19 +249,27 @@ mod tests {
     #[test]
     fn the_choice_follows_the_server_name_and_version() {
         let set = |n: Natives| n.has(Natives::SET_IFEQ);
+        let fast = Natives::SET_NX_GET.0;
         assert_eq!(
             Natives::from_info(VALKEY_9),
-            Natives(Natives::DELIFEQ.0 | Natives::SET_IFEQ.0)
+            Natives(Natives::DELIFEQ.0 | Natives::SET_IFEQ.0 | fast)
         );
-        assert_eq!(Natives::from_info(VALKEY_81), Natives::SET_IFEQ);
-        assert_eq!(Natives::from_info(VALKEY_80), Natives::NONE);
+        assert_eq!(
+            Natives::from_info(VALKEY_81),
+            Natives(Natives::SET_IFEQ.0 | fast)
+        );
+        assert_eq!(Natives::from_info(VALKEY_80), Natives::SET_NX_GET);
         assert_eq!(
             Natives::from_info(REDIS_84),
-            Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0)
+            Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0 | fast)
         );
         assert!(set(Natives::from_info(REDIS_84)));
-        assert_eq!(Natives::from_info(REDIS_82), Natives::NONE);
-        assert_eq!(Natives::from_info(REDIS_70), Natives::NONE);
+        assert_eq!(Natives::from_info(REDIS_82), Natives::SET_NX_GET);
+        assert_eq!(Natives::from_info(REDIS_70), Natives::SET_NX_GET);
+        assert_eq!(
+            Natives::from_info("# Server\r\nredis_version:6.2.14\r\n"),
+            Natives::NONE
+        );
         assert_eq!(Natives::from_info(DRAGONFLY), Natives::NONE);
         assert!(!Natives::NONE.has(Natives::NONE));
     }
@@ -264,11 +279,11 @@ mod tests {
         let texts = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(
             Natives::common(&texts(&[VALKEY_9, VALKEY_81])),
-            Some(Natives::SET_IFEQ)
+            Some(Natives(Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0))
         );
         assert_eq!(
             Natives::common(&texts(&[VALKEY_9, REDIS_70])),
-            Some(Natives::NONE)
+            Some(Natives::SET_NX_GET)
         );
         assert_eq!(
             Natives::common(&texts(&["# Memory\r\nused_memory:1\r\n"])),
@@ -282,6 +297,9 @@ mod tests {
         offered.learn(Natives::from_info(VALKEY_9));
         offered.refuse(Natives::DELIFEQ);
         offered.learn(Natives::from_info(VALKEY_9));
-        assert_eq!(offered.get(), Natives::SET_IFEQ);
+        assert_eq!(
+            offered.get(),
+            Natives(Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0)
+        );
     }
 }

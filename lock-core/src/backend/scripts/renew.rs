@@ -32,6 +32,36 @@ pub(crate) async fn renew<C: ConnectionLike>(
     batch: &[Renewal],
     offered: &Offered,
 ) -> Result<Vec<Owned>, ScriptError> {
+    if batch.iter().all(|renewal| renewal.record.is_none()) {
+        return renew_leases(con, batch, offered).await;
+    }
+    // Some carry a fencing token to write down (leases taken on the fast
+    // path, held a moment): those go to record.lua, which renews them too.
+    type Indexed<'a> = Vec<(usize, &'a Renewal)>;
+    let (recorded, plain): (Indexed<'_>, Indexed<'_>) = batch
+        .iter()
+        .enumerate()
+        .partition(|(_, renewal)| renewal.record.is_some());
+    let mut out = vec![Owned::No; batch.len()];
+    let records: Vec<&Renewal> = recorded.iter().map(|(_, r)| *r).collect();
+    for ((i, _), owned) in recorded.iter().zip(super::record(con, &records).await?) {
+        out[*i] = owned;
+    }
+    if !plain.is_empty() {
+        let plain_batch: Vec<Renewal> = plain.iter().map(|(_, r)| (*r).clone()).collect();
+        let renewed = renew_leases(con, &plain_batch, offered).await?;
+        for ((i, _), owned) in plain.iter().zip(renewed) {
+            out[*i] = owned;
+        }
+    }
+    Ok(out)
+}
+
+async fn renew_leases<C: ConnectionLike>(
+    con: &mut C,
+    batch: &[Renewal],
+    offered: &Offered,
+) -> Result<Vec<Owned>, ScriptError> {
     // A check only (zero, see `Renewal::ttl`) is the script's: the native
     // command would set the expiry.
     if let [one] = batch

@@ -158,6 +158,8 @@ impl RedlockBackend {
                             ttl,
                             in_line: false,
                             fence_floor,
+                            // The fence must follow the client's clock.
+                            fast: false,
                         })
                         .await
                 }
