@@ -1,11 +1,13 @@
 //! Native conditional commands (issue 24, SPEC "Servers"): the client reads
 //! what the server offers from its `INFO` and uses `DELIFEQ` (Valkey ≥ 9.0)
-//! and `SET … IFEQ` (Valkey ≥ 8.1) where they keep every guarantee; every
-//! other case goes to the Lua scripts, which stay tested.
+//! or `DELEX … IFEQ` (Redis ≥ 8.4) and `SET … IFEQ` (Valkey ≥ 8.1, Redis ≥
+//! 8.4) where they keep every guarantee; every other case goes to the Lua
+//! scripts, which stay tested.
 //!
 //! Runs on whichever server the harness starts (`LEASEHOLD_REDIS_SERVER`,
 //! see `.ci/servers.sh`): the choice test everywhere, the twin test where
-//! the server has a native command (Valkey 8.1 and 9.1 in CI), with a
+//! the server has a native command (Valkey 8.1 and 9.1 in CI; Redis ≥ 8.4
+//! with `LEASEHOLD_BUILD_REDIS84=1 .ci/servers.sh redis8.4`), with a
 //! printed note elsewhere.
 
 mod support;
@@ -16,8 +18,9 @@ use leasehold::{LockClient, LockError};
 use support::RedisServer;
 
 /// What the server's `INFO server` says it is, parsed here independently
-/// of the library: (`DELIFEQ`, `SET … IFEQ`).
-fn offered(server: &RedisServer) -> (bool, bool) {
+/// of the library: (its native release command as `INFO commandstats`
+/// names it, `SET … IFEQ`).
+fn offered(server: &RedisServer) -> (Option<&'static str>, bool) {
     let info = server.info("server");
     let field = |name: &str| {
         info.lines()
@@ -29,10 +32,10 @@ fn offered(server: &RedisServer) -> (bool, bool) {
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
     };
     match field("valkey_version").map(version) {
-        Some(v) => (v >= (9, 0), v >= (8, 1)),
+        Some(v) => ((v >= (9, 0)).then_some("delifeq"), v >= (8, 1)),
         None => {
             let redis = field("redis_version").map(version).unwrap_or((0, 0));
-            (false, redis >= (8, 4))
+            ((redis >= (8, 4)).then_some("delex"), redis >= (8, 4))
         }
     }
 }
@@ -59,11 +62,12 @@ async fn client(server: &RedisServer, native: bool) -> LockClient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_choice_follows_what_the_server_reports() {
     let server = RedisServer::start();
-    let (delifeq, set_ifeq) = offered(&server);
+    let (release, set_ifeq) = offered(&server);
+    let delete = release.unwrap_or("delifeq");
     for native in [true, false] {
         let locks = client(&server, native).await;
         let evalsha = server.command_calls("evalsha");
-        let deletes = server.command_calls("delifeq");
+        let deletes = server.command_calls(delete);
         let errors = stat(&server, "stats", "total_error_replies");
         let guard = locks
             .lock("choice")
@@ -76,18 +80,18 @@ async fn the_choice_follows_what_the_server_reports() {
         let scripts = server.command_calls("evalsha") - evalsha;
         // Acquire (the fast path's SET NX … GET on every server here: all
         // are Redis >= 7.0 or Valkey), extend, release.
-        let natives = [native, native && set_ifeq, native && delifeq];
+        let natives = [native, native && set_ifeq, native && release.is_some()];
         let expected = 3 - natives.iter().filter(|n| **n).count() as u64;
         // One more, the grant record, only if the machine was slow enough
         // for the lease to live past the moment it is written down.
         assert!(
             scripts == expected || scripts == expected + 1,
-            "{scripts} scripts sent, {expected} expected (native {native}, DELIFEQ {delifeq}, SET IFEQ {set_ifeq})"
+            "{scripts} scripts sent, {expected} expected (native {native}, release {release:?}, SET IFEQ {set_ifeq})"
         );
         assert_eq!(
-            server.command_calls("delifeq") - deletes,
-            u64::from(native && delifeq),
-            "DELIFEQ sent (native {native})"
+            server.command_calls(delete) - deletes,
+            u64::from(native && release.is_some()),
+            "{delete} sent (native {native})"
         );
         assert_eq!(
             stat(&server, "stats", "total_error_replies"),
@@ -268,25 +272,26 @@ fn support_value(server: &RedisServer, key: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_paths_and_their_lua_twins_give_the_same_results() {
     let server = RedisServer::start();
-    let (delifeq, set_ifeq) = offered(&server);
-    if !delifeq && !set_ifeq {
+    let (release, set_ifeq) = offered(&server);
+    if release.is_none() && !set_ifeq {
         eprintln!(
             "note: this server offers no native conditional command (Valkey >= 8.1 does): \
              nothing to compare; run with .ci/servers.sh valkey9.1"
         );
         return;
     }
+    let delete = release.unwrap_or("delifeq");
     let mut results = Vec::new();
     for native in [true, false] {
         server.flushall();
         let locks = client(&server, native).await;
         let (evalsha, deletes) = (
             server.command_calls("evalsha"),
-            server.command_calls("delifeq"),
+            server.command_calls(delete),
         );
         let seen = cases(&server, &locks).await;
         let scripts = server.command_calls("evalsha") - evalsha;
-        let natives = server.command_calls("delifeq") - deletes;
+        let natives = server.command_calls(delete) - deletes;
         results.push((seen, scripts, natives));
     }
     let (native, lua) = (&results[0], &results[1]);
@@ -300,8 +305,12 @@ async fn native_paths_and_their_lua_twins_give_the_same_results() {
         native.1,
         lua.1
     );
-    assert_eq!(lua.2, 0, "the Lua-only client sent DELIFEQ");
-    assert_eq!(native.2 > 0, delifeq, "DELIFEQ sent iff the server has it");
+    assert_eq!(lua.2, 0, "the Lua-only client sent {delete}");
+    assert_eq!(
+        native.2 > 0,
+        release.is_some(),
+        "{delete} sent iff the server has it"
+    );
 }
 
 /// A server that cannot run Lua (Valkey >= 9.1 without its Lua module

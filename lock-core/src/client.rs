@@ -465,13 +465,41 @@ impl LockClientBuilder {
         self
     }
 
-    /// Use the server's native conditional commands where it offers them
-    /// (default `true`): Valkey ≥ 9.0's `DELIFEQ` for a plain release,
-    /// Valkey ≥ 8.1's `SET … IFEQ` to extend or renew one lease, Redis ≥
-    /// 8.4's `DELEX … IFEQ` and `SET … IFEQ`; read from the server's `INFO`
-    /// at connect and after every reconnection. Each is one atomic command
-    /// and cheaper for the server than the Lua script, which still serves
-    /// every other case. `false`: every operation is a Lua script.
+    /// Whether to use the server's native conditional commands where it
+    /// offers them. Default `true`.
+    ///
+    /// What a server offers is read from its `INFO` at connect and after
+    /// every reconnection or failover (Cluster: only what every node
+    /// offers): Valkey ≥ 9.0's `DELIFEQ` for a release, Valkey ≥ 8.1's and
+    /// Redis ≥ 8.4's `SET … IFEQ` to extend or renew one lease, Redis ≥
+    /// 8.4's `DELEX … IFEQ` for a release. Each is one atomic command and
+    /// costs the server less than the Lua script it stands in for; it only
+    /// serves the plain case (the key holds exactly this holder's token),
+    /// and a command the server refuses (an ACL rule, a rename) is dropped
+    /// for the rest of the client's life.
+    ///
+    /// The Lua path is always kept, whatever this says: every script is
+    /// loaded with `SCRIPT LOAD` at connect (a server that cannot run Lua
+    /// is refused there), and serves every other case (a waiting line, a
+    /// key that is not this holder's, a forced release, a value of another
+    /// type) and every operation that has no native twin. The results are
+    /// the same either way (SPEC semantic 2). `false`: every operation is a
+    /// Lua script, e.g. to compare the two or to keep one code path on a
+    /// mixed fleet.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
+    /// use leasehold_core::LockClient;
+    ///
+    /// // Scripts only, even on a Valkey 9 that has DELIFEQ and SET IFEQ.
+    /// let client = LockClient::builder()
+    ///     .native_commands(false)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// let guard = client.lock("order:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn native_commands(mut self, on: bool) -> Self {
         self.settings.gate.lua_only = !on;
         self

@@ -123,8 +123,9 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let server = server_label(&ctx.servers[0]);
     eprintln!(
-        "locks bench: {} mode, {} repetition(s), impls {:?}, redis-server on port(s) {:?}",
+        "locks bench: {} mode, {} repetition(s), impls {:?}, {server} on port(s) {:?}",
         if args.quick { "quick" } else { "default" },
         args.reps,
         ctx.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
@@ -134,6 +135,7 @@ fn main() {
             .collect::<Vec<_>>()
     );
 
+    println!("Server: {server} ({})", support::server_bin());
     println!("How each implementation waits for a busy lock (S3, S4):");
     for kind in &ctx.kinds {
         println!("  {:<18} {}", kind.name(), kind.wait_policy());
@@ -160,11 +162,12 @@ fn main() {
 
     let rows = runtime.block_on(run_all(&ctx, &args, &selected));
     let medians = report::medians(&rows);
+    println!("\nResults on {server}");
     println!("{}", report::table(&medians));
     println!("{}", report::checks_text(&checks(&medians)));
     println!("{}", floor_text(&medians));
     let path = report::jsonl_path();
-    match report::write_jsonl(&medians, &path) {
+    match report::write_jsonl(&medians, &path, &server) {
         Ok(n) => println!("\nwrote {n} records to {}", path.display()),
         Err(e) => eprintln!("cannot write {}: {e}", path.display()),
     }
@@ -175,6 +178,27 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+}
+
+/// Which server the bench runs on, e.g. `valkey 9.1.2` or `redis 7.0.15`,
+/// from its `INFO server` (Valkey also reports a frozen `redis_version`, so
+/// its own name and version come first).
+fn server_label(server: &RedisServer) -> String {
+    let text = server.info("server");
+    let field = |name: &str| {
+        text.lines().find_map(|line| {
+            let (key, value) = line.trim().split_once(':')?;
+            (key == name).then(|| value.trim().to_owned())
+        })
+    };
+    match (field("server_name"), field("valkey_version")) {
+        (Some(name), Some(version)) => format!("{name} {version}"),
+        (None, Some(version)) => format!("valkey {version}"),
+        _ => format!(
+            "redis {}",
+            field("redis_version").unwrap_or_else(|| "(unknown version)".to_owned())
+        ),
+    }
 }
 
 async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec<Row> {

@@ -82,16 +82,17 @@ impl Record {
         self.get(key).and_then(Value::as_f64)
     }
 
-    fn json(&self) -> String {
+    fn json(&self, server: &str) -> String {
         let extra: Vec<String> = self
             .extra
             .iter()
             .map(|(k, v)| format!("{}: {}", json_str(k), v.json()))
             .collect();
         format!(
-            "{{\"scenario\": {}, \"impl\": {}, \"ops_per_s\": {}, \"p50_us\": {}, \"p99_us\": {}, \"extra\": {{{}}}}}",
+            "{{\"scenario\": {}, \"impl\": {}, \"server\": {}, \"ops_per_s\": {}, \"p50_us\": {}, \"p99_us\": {}, \"extra\": {{{}}}}}",
             json_str(&self.scenario),
             json_str(&self.imp),
+            json_str(server),
             json_f64(self.ops_per_s),
             json_f64(self.p50_us),
             json_f64(self.p99_us),
@@ -345,8 +346,9 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// One line per record of the median rows, to `path` (directories created).
-pub fn write_jsonl(rows: &[Row], path: &Path) -> std::io::Result<usize> {
+/// One line per record of the median rows, to `path` (directories created),
+/// each naming the `server` it ran on (e.g. `valkey 9.1.2`).
+pub fn write_jsonl(rows: &[Row], path: &Path, server: &str) -> std::io::Result<usize> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -354,7 +356,7 @@ pub fn write_jsonl(rows: &[Row], path: &Path) -> std::io::Result<usize> {
     let mut n = 0;
     for row in rows {
         if let Row::Ok(r) = row {
-            text.push_str(&r.json());
+            text.push_str(&r.json(server));
             text.push('\n');
             n += 1;
         }
