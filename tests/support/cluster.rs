@@ -268,6 +268,42 @@ impl RedisCluster {
         }
     }
 
+    /// `CLUSTER FAILOVER` (the graceful, manual one) on replica `replica`:
+    /// its master stops taking writes until the replica has caught up, the
+    /// replica takes over and the old master becomes its replica. Returns
+    /// once every node reports the replica as the owner of `slot` (one of
+    /// the master's slots) and says `cluster_state:ok` (30 s, then panics).
+    pub fn manual_failover(&self, replica: usize, slot: u16) {
+        self.nodes[replica].cmd(&["CLUSTER", "FAILOVER"]);
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let views: Vec<Result<Option<usize>, String>> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_running())
+                .map(|i| self.owner_seen_by(i, slot))
+                .collect();
+            let all_ok = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_running())
+                .all(|i| {
+                    let info = self.nodes[i]
+                        .cmd_result(&["CLUSTER", "INFO"])
+                        .map(|v| value_to_string(&v))
+                        .unwrap_or_default();
+                    info_lookup(&info, "cluster_state") == Some("ok")
+                });
+            if all_ok
+                && views
+                    .iter()
+                    .all(|v| matches!(v, Ok(Some(o)) if *o == replica))
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!("manual failover of slot {slot} to node {replica} not seen: {views:?}");
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     fn create_with_redis_cli(&self) {
         let addrs: Vec<String> = self
             .nodes
