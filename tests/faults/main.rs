@@ -17,4 +17,5 @@ mod checker;
 mod clock;
 mod proxy_check;
 mod scenarios;
+mod topologies;
 mod workload;
