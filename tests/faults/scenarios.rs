@@ -429,7 +429,7 @@ pub(crate) fn run(
     );
     if !figures.error_sample.is_empty() {
         println!(
-            "faults {:<22} first error: {}",
+            "faults {:<22} first errors: {}",
             run.plan.name, figures.error_sample
         );
     }

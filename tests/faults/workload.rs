@@ -206,8 +206,17 @@ impl ErrorCounts {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if !matches!(e, LockError::Busy { .. }) {
+            // The first error of each kind.
             let mut sample = self.sample.lock().unwrap_or_else(|p| p.into_inner());
-            sample.get_or_insert_with(|| e.to_string().replace('\n', " "));
+            let text = sample.get_or_insert_with(String::new);
+            let tag = format!("[{kind}] ");
+            if !text.contains(&tag) {
+                if !text.is_empty() {
+                    text.push_str(" | ");
+                }
+                text.push_str(&tag);
+                text.push_str(&e.to_string().replace('\n', " "));
+            }
         }
         kind
     }
