@@ -34,10 +34,15 @@ fn skipped_unless_long() -> bool {
     !long_run()
 }
 
-/// Mostly short bodies, one in sixteen of 3 s: it outlives a failover.
+/// The long body of the Sentinel scenarios, 6 s: longer than the lease, so
+/// it lives on renewals, and a holder that cannot renew (its primary died)
+/// loses its lease before the body ends, however long the failover takes.
+const SENTINEL_LONG: Duration = Duration::from_secs(6);
+
+/// Mostly short bodies, one in sixteen [`SENTINEL_LONG`].
 fn sentinel_bodies() -> Vec<Duration> {
     let mut bodies = vec![SHORT; 15];
-    bodies.push(SENTINEL_TTL * 3 / 4);
+    bodies.push(SENTINEL_LONG);
     bodies
 }
 
@@ -49,7 +54,7 @@ fn sentinel_plan(name: &'static str, held: bool) -> Plan {
     plan
 }
 
-/// Kills the primary (SIGKILL) while a 3 s body holds the lock, runs
+/// Kills the primary (SIGKILL) while a 6 s body holds the lock, runs
 /// `after_kill`, and returns once every sentinel names a new primary.
 ///
 /// On a set whose replication is held back ([`Topology::Sentinel`] with
@@ -61,7 +66,7 @@ fn sentinel_plan(name: &'static str, held: bool) -> Plan {
 fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run)) {
     let held = run.plan.topology == (Topology::Sentinel { held: true });
     loop {
-        run.wait_for_holder(SENTINEL_TTL * 3 / 4, |_| true);
+        run.wait_for_holder(SENTINEL_LONG, |_| true);
         sleep(Duration::from_millis(200));
         let Servers::Sentinel(set) = &run.servers else {
             panic!("not a Sentinel plan");
@@ -114,7 +119,7 @@ fn assert_fenced(name: &str, f: &Figures) {
 
 /// Sentinel, `replica_sync(1, 1 s)`: every acquisition reached a replica
 /// before it returned. The primary is killed while a lock is held (a
-/// 3-second body, 4-second lease); README: "with `replica_sync(1)` a held
+/// 6-second body, 4-second lease); README: "with `replica_sync(1)` a held
 /// lock stays exclusive across one". Asserted: every figure zero.
 #[test]
 fn sentinel_failover_synced() {
@@ -132,25 +137,29 @@ fn sentinel_failover_synced() {
 
 /// Sentinel without `replica_sync` and without `restart_grace`: replication
 /// is held back (the lock's writes reach the primary only) and the primary
-/// is killed while a 3-second body holds, and one more worker process
-/// starts at once (it connects once the sentinels name the new primary,
-/// which never had the lock, and never saw the old one). The workers that saw the failover refuse the key until their
-/// leases could have run out, but the late one, which saw nothing, grants
-/// at once: README says so ("a client connecting afterwards grants at
-/// once ..., so without `replica_sync` use `restart_grace` ≥ TTL"), and
-/// docs/reliability.md reports what the suite measured. Asserted: fencing
-/// only (tokens never go back, data loss included).
+/// is killed while a 6-second body holds; one more worker process starts at
+/// the kill (it connects once the sentinels name the new primary, which
+/// never had the lock, and it never saw the old one). README: "without
+/// `replica_sync`, a lock whose last write had not reached a replica is
+/// lost in the failover: its holder is told (`Lost`, cause `FailedOver`),
+/// and a client that did not see the failover may grant it again at once
+/// unless `restart_grace` ≥ TTL". Asserted: the holder was told (its body
+/// dropped with `Lost`: it cannot renew on the dead primary nor on the new
+/// one, so this does not hang on timing) and fencing (tokens never go
+/// back, data loss included); the rest is reported.
 #[test]
 fn sentinel_failover_unsynced() {
     let name = "sentinel_failover_unsynced";
     let f = sentinel_unsynced(name, None);
     assert_fenced(name, &f);
+    assert_lost_in_the_failover(name, &f);
 }
 
 /// The same, every worker (the late one included) with
 /// `restart_grace(ttl)`, as README recommends without `replica_sync`:
 /// "no second holder exists while the first guard may still say
-/// `is_held()`". Asserted: every figure zero, and no two sections at once.
+/// `is_held()`". Asserted: every figure zero, no two sections at once, and
+/// the holder told. Long run only.
 #[test]
 fn sentinel_failover_unsynced_with_grace() {
     if skipped_unless_long() {
@@ -160,6 +169,14 @@ fn sentinel_failover_unsynced_with_grace() {
     let f = sentinel_unsynced(name, Some(SENTINEL_TTL));
     assert_safe(name, &f);
     assert_eq!(f.overlaps, 0, "{name}: two holders at once: {f}");
+    assert_lost_in_the_failover(name, &f);
+}
+
+fn assert_lost_in_the_failover(name: &str, f: &Figures) {
+    assert!(
+        f.dropped >= 1 && f.err_lost >= 1,
+        "{name}: the holder of the lock lost with the primary was not told: {f}"
+    );
 }
 
 fn sentinel_unsynced(name: &'static str, grace: Option<Duration>) -> Figures {
