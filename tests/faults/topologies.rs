@@ -143,10 +143,11 @@ fn sentinel_failover_synced() {
 /// `replica_sync`, a lock whose last write had not reached a replica is
 /// lost in the failover: its holder is told (`Lost`, cause `FailedOver`),
 /// and a client that connects after the failover may take it at once,
-/// before that holder is told, `restart_grace` or not". Asserted: the holder was told (its body
-/// dropped with `Lost`: it cannot renew on the dead primary nor on the new
-/// one, so this does not hang on timing) and fencing (tokens never go
-/// back, data loss included); the rest is reported.
+/// before that holder is told, unless every client has `restart_grace` ≥
+/// TTL". Asserted: the holder was told (its body dropped with `Lost`: it
+/// cannot renew on the dead primary nor on the new one, so this does not
+/// hang on timing) and fencing (tokens never go back, data loss included);
+/// the rest is reported.
 #[test]
 fn sentinel_failover_unsynced() {
     let name = "sentinel_failover_unsynced";
