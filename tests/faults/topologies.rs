@@ -17,13 +17,17 @@ use crate::scenarios::{
     FakeClock, LIBFAKETIME, LONG, Plan, Run, SHORT, Servers, Topology, assert_safe, long_run, run,
     scaled, sleep,
 };
-use crate::support::{ProxyMode, RedisCluster};
+use crate::support::ProxyMode;
+#[cfg(feature = "cluster")]
+use crate::support::RedisCluster;
 
 /// The lease of the Sentinel scenarios: longer than a failover (about 2 s
 /// with the harness' `down-after-milliseconds 500`), so that a lease can
 /// outlive the primary it was granted on.
+#[cfg(feature = "sentinel")]
 const SENTINEL_TTL: Duration = Duration::from_secs(4);
 /// How long a failover may take before the scenario gives up.
+#[cfg(feature = "sentinel")]
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 
 /// True (and says so) in the bounded run: the scenario is for the long one.
@@ -37,15 +41,18 @@ fn skipped_unless_long() -> bool {
 /// The long body of the Sentinel scenarios, 6 s: longer than the lease, so
 /// it lives on renewals, and a holder that cannot renew (its primary died)
 /// loses its lease before the body ends, however long the failover takes.
+#[cfg(feature = "sentinel")]
 const SENTINEL_LONG: Duration = Duration::from_secs(6);
 
 /// Mostly short bodies, one in sixteen [`SENTINEL_LONG`].
+#[cfg(feature = "sentinel")]
 fn sentinel_bodies() -> Vec<Duration> {
     let mut bodies = vec![SHORT; 15];
     bodies.push(SENTINEL_LONG);
     bodies
 }
 
+#[cfg(feature = "sentinel")]
 fn sentinel_plan(name: &'static str, held: bool) -> Plan {
     let mut plan = Plan::new(name);
     plan.topology = Topology::Sentinel { held };
@@ -63,6 +70,7 @@ fn sentinel_plan(name: &'static str, held: bool) -> Plan {
 /// 10 s of the set's start (`+fix-slave-config`), after which the kill
 /// would lose nothing: then they are pointed back, and the holder awaited
 /// again.
+#[cfg(feature = "sentinel")]
 fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run)) {
     let held = run.plan.topology == (Topology::Sentinel { held: true });
     loop {
@@ -121,6 +129,7 @@ fn assert_fenced(name: &str, f: &Figures) {
 /// before it returned. The primary is killed while a lock is held (a
 /// 6-second body, 4-second lease); README: "with `replica_sync(1)` a held
 /// lock stays exclusive across one". Asserted: every figure zero.
+#[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_synced() {
     let name = "sentinel_failover_synced";
@@ -148,6 +157,7 @@ fn sentinel_failover_synced() {
 /// cannot renew on the dead primary nor on the new one, so this does not
 /// hang on timing) and fencing (tokens never go back, data loss included);
 /// the rest is reported.
+#[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_unsynced() {
     let name = "sentinel_failover_unsynced";
@@ -173,6 +183,7 @@ fn sentinel_failover_unsynced() {
 /// (measured: up to 0.25 s of two holders, 1 to 10 writes by the late
 /// worker meanwhile; the old holder's body was dropped before it wrote).
 /// Long run only.
+#[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_unsynced_with_grace() {
     if skipped_unless_long() {
@@ -186,6 +197,7 @@ fn sentinel_failover_unsynced_with_grace() {
     assert_safe(name, &f);
 }
 
+#[cfg(feature = "sentinel")]
 fn assert_lost_in_the_failover(name: &str, f: &Figures) {
     assert!(
         f.dropped >= 1 && f.err_lost >= 1,
@@ -193,6 +205,7 @@ fn assert_lost_in_the_failover(name: &str, f: &Figures) {
     );
 }
 
+#[cfg(feature = "sentinel")]
 fn sentinel_unsynced(name: &'static str, grace: Option<Duration>) -> Figures {
     let mut plan = sentinel_plan(name, true);
     plan.restart_grace = grace;
@@ -214,6 +227,7 @@ fn sentinel_unsynced(name: &'static str, grace: Option<Duration>) -> Figures {
 }
 
 /// The lock's slot, and the node that owns it now.
+#[cfg(feature = "cluster")]
 fn lock_slot(run: &Run) -> (u16, usize) {
     let Servers::Cluster(cluster) = &run.servers else {
         panic!("not a Cluster plan");
@@ -227,6 +241,7 @@ fn lock_slot(run: &Run) -> (u16, usize) {
 /// times, back and forth). The replica catches up before it takes over,
 /// so nothing is lost; docs/topologies.md: "a master failover: the lease
 /// survives if the replica had it". Asserted: every figure zero.
+#[cfg(feature = "cluster")]
 #[test]
 fn cluster_failover() {
     let name = "cluster_failover";
@@ -266,6 +281,7 @@ fn cluster_failover() {
 /// docs/topologies.md promises the lease survives only "if the replica had
 /// it" ("same failover window as primary + replicas"). Asserted: fencing;
 /// the rest is reported. Long run only (the one replica is used up).
+#[cfg(feature = "cluster")]
 #[test]
 fn cluster_master_killed() {
     if skipped_unless_long() {
@@ -296,6 +312,7 @@ fn cluster_master_killed() {
 /// body holds, 4 times. docs/topologies.md: "a held lock stays valid and
 /// releasable while its slot moves". Asserted: every figure zero. Long run
 /// only.
+#[cfg(feature = "cluster")]
 #[test]
 fn cluster_reshard() {
     if skipped_unless_long() {

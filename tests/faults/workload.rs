@@ -438,9 +438,16 @@ async fn connect(cfg: &WorkerConfig) -> LockClient {
         }
         let connected = match &cfg.target {
             LockTarget::Single(url) => builder.connect(url).await,
+            #[cfg(feature = "sentinel")]
             LockTarget::Sentinel { master, urls } => builder.connect_sentinel(master, urls).await,
+            #[cfg(feature = "cluster")]
             LockTarget::Cluster(urls) => builder.connect_cluster(urls).await,
             LockTarget::Redlock(urls) => builder.connect_redlock(urls).await,
+            #[allow(unreachable_patterns)]
+            other => panic!(
+                "worker {}: {other:?} needs leasehold's default features",
+                cfg.id
+            ),
         };
         match connected {
             Ok(client) => return client,
