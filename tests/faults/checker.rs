@@ -153,10 +153,16 @@ impl Figures {
         self.err_backend += n();
         self.err_lost += n();
         self.err_other += n();
-        if let Some(sample) = parts.next()
-            && self.error_sample.is_empty()
-        {
-            self.error_sample = sample.trim().to_owned();
+        // The first error of each kind (`[kind] message`, joined by ` | `).
+        for one in parts.next().unwrap_or_default().split(" | ") {
+            let one = one.trim();
+            let kind = one.split_once(' ').map_or(one, |(k, _)| k);
+            if !one.is_empty() && !self.error_sample.contains(kind) {
+                if !self.error_sample.is_empty() {
+                    self.error_sample.push_str(" | ");
+                }
+                self.error_sample.push_str(one);
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! A clock shared by every process on the machine: `CLOCK_MONOTONIC`.
 //! (`std::time::Instant` reads the same clock but cannot be exchanged
-//! between processes.)
+//! between processes.) Read with the raw system call, not libc's
+//! `clock_gettime`: a worker whose clocks are faked (libfaketime preloaded,
+//! see `scenarios::FakeClock`) still logs the machine's real time.
 
 use std::time::Duration;
 
@@ -11,9 +13,15 @@ pub fn now_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_MONOTONIC
-    // always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: the clock_gettime system call writes into the timespec we
+    // pass; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

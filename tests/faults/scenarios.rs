@@ -3,6 +3,7 @@
 //! optionally a fault proxy in front of the lock server, spawns the worker
 //! processes, breaks something while they run, stops them, checks.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -11,24 +12,27 @@ use redis::Value;
 
 use crate::checker::{Figures, read_logs};
 use crate::clock::{after, now_ns};
-use crate::support::{FaultProxy, ProxyMode, RedisServer, freeze_process, thaw_process};
-use crate::workload::{DataKeys, FREEZE_WINDOW, WORKER_ENV, WORKER_TEST, WorkerConfig};
+use crate::support::{
+    FaultProxy, MASTER_NAME, ProxyMode, RedisCluster, RedisServer, SentinelSet, freeze_process,
+    thaw_process,
+};
+use crate::workload::{DataKeys, FREEZE_WINDOW, LockTarget, WORKER_ENV, WORKER_TEST, WorkerConfig};
 
 /// One scenario at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The lease length of every scenario.
-const TTL: Duration = Duration::from_secs(1);
+pub(crate) const TTL: Duration = Duration::from_secs(1);
 /// How long the SIGSTOP scenario keeps its holder frozen.
 const FREEZE: Duration = Duration::from_secs(8);
 /// A short body.
-const SHORT: Duration = Duration::from_millis(10);
+pub(crate) const SHORT: Duration = Duration::from_millis(10);
 /// A body longer than the lease: it needs renewals to finish.
-const LONG: Duration = Duration::from_millis(1500);
+pub(crate) const LONG: Duration = Duration::from_millis(1500);
 
 /// Mostly short bodies, one long one in 16 (the line of waiters is fair:
 /// long bodies set the pace of a round).
-fn mixed() -> Vec<Duration> {
+pub(crate) fn mixed() -> Vec<Duration> {
     let mut bodies = vec![SHORT; 15];
     bodies.push(LONG);
     bodies
@@ -37,56 +41,123 @@ fn mixed() -> Vec<Duration> {
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `LEASEHOLD_FAULTS_LONG=1`: more of everything.
-fn long_run() -> bool {
+pub(crate) fn long_run() -> bool {
     std::env::var("LEASEHOLD_FAULTS_LONG").is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 /// `n` in the bounded run, `n * k` in the long run.
-fn scaled(n: u32, k: u32) -> u32 {
+pub(crate) fn scaled(n: u32, k: u32) -> u32 {
     if long_run() { n * k } else { n }
 }
 
 #[derive(Clone)]
-struct Plan {
-    name: &'static str,
-    workers: usize,
-    tasks: usize,
-    bodies: Vec<Duration>,
-    /// How many of the workers reach the lock server through the proxy.
-    via_proxy: usize,
-    restart_grace: Option<Duration>,
-    lock_server_args: Vec<&'static str>,
+pub(crate) struct Plan {
+    pub name: &'static str,
+    pub topology: Topology,
+    pub workers: usize,
+    pub tasks: usize,
+    pub ttl: Duration,
+    pub bodies: Vec<Duration>,
+    /// How many of the workers reach the lock server(s) through the proxies.
+    pub via_proxy: usize,
+    pub restart_grace: Option<Duration>,
+    /// `LockClientBuilder::replica_sync(n, timeout)`.
+    pub replica_sync: Option<(usize, Duration)>,
+    /// Arguments of the single server or of each Redlock master.
+    pub lock_server_args: Vec<&'static str>,
     /// Worker 0 runs one frozen section after this long.
-    freeze_after: Option<Duration>,
+    pub freeze_after: Option<Duration>,
+    pub fake_clock: Option<FakeClock>,
 }
 
 impl Plan {
-    fn new(name: &'static str) -> Plan {
+    pub fn new(name: &'static str) -> Plan {
         Plan {
             name,
+            topology: Topology::Single,
             workers: scaled(4, 2) as usize,
             tasks: scaled(6, 2) as usize,
+            ttl: TTL,
             bodies: mixed(),
             via_proxy: 0,
             restart_grace: None,
+            replica_sync: None,
             lock_server_args: Vec::new(),
             freeze_after: None,
+            fake_clock: None,
         }
     }
 }
 
+/// The lock servers of a plan.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Topology {
+    /// One `redis-server` (`connect`), with a fault proxy in front of it
+    /// for the first `via_proxy` workers.
+    Single,
+    /// A primary, 2 replicas and 3 sentinels (`connect_sentinel`);
+    /// `held`: the replicas replicate through the set's proxy, so that
+    /// [`SentinelSet::hold_replication`] can keep writes on the primary.
+    Sentinel { held: bool },
+    /// 3 masters (`connect_cluster`, every node as a seed), and with
+    /// `replica` a replica of the master of the lock's slot (node 3).
+    Cluster { replica: bool },
+    /// 3 independent masters (`connect_redlock`), a fault proxy in front of
+    /// each for the first `via_proxy` workers.
+    Redlock,
+}
+
+/// The running lock servers.
+pub(crate) enum Servers {
+    Single(RedisServer),
+    Sentinel(SentinelSet),
+    Cluster(RedisCluster),
+    Redlock(Vec<RedisServer>),
+}
+
+/// A worker whose clocks run under `faketime` (libfaketime preloaded), at
+/// an offset the scenario changes at run time ([`Run::set_clock_offset`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FakeClock {
+    pub worker: usize,
+    /// Also `CLOCK_MONOTONIC` (what `Instant`, tokio's timers and the
+    /// lease's validity read); otherwise the wall clock only.
+    pub monotonic: bool,
+}
+
 /// What a fault script can reach while the workers run.
-struct Run {
-    lock: RedisServer,
-    data: RedisServer,
-    proxy: Option<FaultProxy>,
-    keys: DataKeys,
-    children: Vec<Child>,
-    plan: Plan,
+pub(crate) struct Run {
+    pub servers: Servers,
+    pub data: RedisServer,
+    /// Single: one proxy in front of the server; Redlock: one per master.
+    pub proxies: Vec<FaultProxy>,
+    pub keys: DataKeys,
+    pub children: Vec<Child>,
+    pub plan: Plan,
+    dir: PathBuf,
+    ns: String,
+    deadline_ns: u64,
+    freeze_after_ns: Option<u64>,
+    clock_file: PathBuf,
 }
 
 impl Run {
-    fn data_get(&self, key: &str) -> Option<String> {
+    /// The lock server of a [`Topology::Single`] plan.
+    pub fn lock(&self) -> &RedisServer {
+        match &self.servers {
+            Servers::Single(server) => server,
+            _ => panic!("{}: not a single-server plan", self.plan.name),
+        }
+    }
+
+    pub fn lock_mut(&mut self) -> &mut RedisServer {
+        match &mut self.servers {
+            Servers::Single(server) => server,
+            _ => panic!("not a single-server plan"),
+        }
+    }
+
+    pub fn data_get(&self, key: &str) -> Option<String> {
         match self.data.cmd(&["GET", key]) {
             Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
             Value::Nil => None,
@@ -97,7 +168,7 @@ impl Run {
     /// Waits until a section starts (as the workers announce at the start of
     /// each) in a worker for which `pred(id)`, with a body of at least
     /// `min_body`; panics after 20 s.
-    fn wait_for_holder(&self, min_body: Duration, pred: impl Fn(usize) -> bool) {
+    pub fn wait_for_holder(&self, min_body: Duration, pred: impl Fn(usize) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let before = self.data_get(&self.keys.holder).unwrap_or_default();
         loop {
@@ -119,26 +190,160 @@ impl Run {
         }
     }
 
-    fn proxy(&self) -> &FaultProxy {
-        self.proxy.as_ref().expect("this plan has no proxy")
+    pub fn proxy(&self) -> &FaultProxy {
+        self.proxies.first().expect("this plan has no proxy")
     }
 
-    fn is_proxied(&self, id: usize) -> bool {
+    pub fn is_proxied(&self, id: usize) -> bool {
         id < self.plan.via_proxy
+    }
+
+    /// The redis key of the lock itself (on the lock servers).
+    pub fn lock_key(&self) -> String {
+        format!("leasehold:{{{}}}:lock", self.ns)
+    }
+
+    /// How worker `id` reaches the lock.
+    fn target(&self, id: usize) -> LockTarget {
+        let proxied = id < self.plan.via_proxy && !self.proxies.is_empty();
+        match &self.servers {
+            Servers::Single(_) if proxied => LockTarget::Single(self.proxies[0].url()),
+            Servers::Single(server) => LockTarget::Single(server.url()),
+            Servers::Sentinel(set) => LockTarget::Sentinel {
+                master: MASTER_NAME.to_owned(),
+                urls: set.sentinel_urls(),
+            },
+            Servers::Cluster(cluster) => LockTarget::Cluster(cluster.urls()),
+            Servers::Redlock(_) if proxied => {
+                LockTarget::Redlock(self.proxies.iter().map(FaultProxy::url).collect())
+            }
+            Servers::Redlock(masters) => {
+                LockTarget::Redlock(masters.iter().map(RedisServer::url).collect())
+            }
+        }
+    }
+
+    /// Starts worker process `id` (ids past `plan.workers` are late
+    /// joiners, started by a fault script), with `restart_grace` as given.
+    pub fn spawn_worker(&mut self, id: usize, restart_grace: Option<Duration>) {
+        let plan = &self.plan;
+        let cfg = WorkerConfig {
+            id,
+            target: self.target(id),
+            replica_sync: plan.replica_sync.map(|(n, t)| (n, t.as_millis() as u64)),
+            data_url: self.data.url(),
+            ns: self.ns.clone(),
+            tasks: plan.tasks,
+            ttl_ms: plan.ttl.as_millis() as u64,
+            bodies_ms: plan.bodies.iter().map(|b| b.as_millis() as u64).collect(),
+            wait_ms: (plan.ttl * 10).as_millis() as u64,
+            restart_grace_ms: restart_grace.map(|g| g.as_millis() as u64),
+            deadline_ns: self.deadline_ns,
+            log_path: self.dir.join(format!("worker-{id}.log")),
+            freeze_after_ns: if id == 0 { self.freeze_after_ns } else { None },
+        };
+        let out = std::fs::File::create(self.dir.join(format!("worker-{id}.out"))).expect("out");
+        let err = out.try_clone().expect("out");
+        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        cmd.args([
+            "--exact",
+            WORKER_TEST,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WORKER_ENV, serde_json::to_string(&cfg).expect("config"))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+        if let Some(fake) = plan.fake_clock
+            && fake.worker == id
+        {
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", &self.clock_file)
+                .env("FAKETIME_NO_CACHE", "1");
+            if !fake.monotonic {
+                cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            }
+        }
+        self.children.push(cmd.spawn().expect("spawn worker"));
+    }
+
+    /// The fake clock's offset from the real one, in libfaketime's relative
+    /// form (`"+30s"`, `"-10s"`, `"+0"`); takes effect at the worker's next
+    /// clock read.
+    pub fn set_clock_offset(&self, offset: &str) {
+        std::fs::write(&self.clock_file, format!("{offset}\n")).expect("write the clock file");
     }
 }
 
-fn sleep(d: Duration) {
+/// libfaketime, as Debian's `faketime` package installs it (the
+/// multi-threaded variant: the workers run tokio's threads).
+pub(crate) const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+pub(crate) fn sleep(d: Duration) {
     std::thread::sleep(d);
+}
+
+/// Starts the lock servers of `topology` for lock namespace `ns`, and the
+/// proxies of the first `via_proxy` workers.
+fn start_servers(plan: &Plan, ns: &str) -> (Servers, Vec<FaultProxy>) {
+    match plan.topology {
+        Topology::Single => {
+            let lock = RedisServer::start_with(&plan.lock_server_args);
+            let proxies = if plan.via_proxy > 0 {
+                vec![FaultProxy::start(lock.port())]
+            } else {
+                Vec::new()
+            };
+            (Servers::Single(lock), proxies)
+        }
+        Topology::Sentinel { held } => {
+            let set = if held {
+                SentinelSet::start()
+            } else {
+                SentinelSet::start_direct()
+            };
+            (Servers::Sentinel(set), Vec::new())
+        }
+        Topology::Cluster { replica } => {
+            let mut cluster = RedisCluster::start(3);
+            if replica {
+                let slot = RedisCluster::key_slot(&format!("leasehold:{{{ns}}}:lock"));
+                let master = cluster.node_for_slot(slot);
+                cluster.add_replica(master);
+            }
+            (Servers::Cluster(cluster), Vec::new())
+        }
+        Topology::Redlock => {
+            let masters: Vec<RedisServer> = (0..3)
+                .map(|_| RedisServer::start_with(&plan.lock_server_args))
+                .collect();
+            let proxies = if plan.via_proxy > 0 {
+                masters
+                    .iter()
+                    .map(|m| FaultProxy::start(m.port()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (Servers::Redlock(masters), proxies)
+        }
+    }
 }
 
 /// Runs `plan`: `warmup`, then `fault`, then `cooldown`, then stops the
 /// workers and checks. Prints and returns the figures.
-fn run(plan: Plan, warmup: Duration, cooldown: Duration, fault: impl FnOnce(&mut Run)) -> Figures {
+pub(crate) fn run(
+    plan: Plan,
+    warmup: Duration,
+    cooldown: Duration,
+    fault: impl FnOnce(&mut Run),
+) -> Figures {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let lock = RedisServer::start_with(&plan.lock_server_args);
+    let ns = format!("faults:{}", plan.name);
+    let (servers, proxies) = start_servers(&plan, &ns);
     let data = RedisServer::start();
-    let proxy = (plan.via_proxy > 0).then(|| FaultProxy::start(lock.port()));
     let dir = std::env::temp_dir().join(format!(
         "leasehold-faults-{}-{}-{}",
         plan.name,
@@ -146,63 +351,32 @@ fn run(plan: Plan, warmup: Duration, cooldown: Duration, fault: impl FnOnce(&mut
         now_ns()
     ));
     std::fs::create_dir_all(&dir).expect("log dir");
-    let ns = format!("faults:{}", plan.name);
-    let exe = std::env::current_exe().expect("current exe");
-    let deadline_ns = after(Duration::from_secs(600));
-    let freeze_after_ns = plan.freeze_after.map(after);
-    let children = (0..plan.workers)
-        .map(|id| {
-            let lock_url = match &proxy {
-                Some(p) if id < plan.via_proxy => p.url(),
-                _ => lock.url(),
-            };
-            let cfg = WorkerConfig {
-                id,
-                lock_url,
-                data_url: data.url(),
-                ns: ns.clone(),
-                tasks: plan.tasks,
-                ttl_ms: TTL.as_millis() as u64,
-                bodies_ms: plan.bodies.iter().map(|b| b.as_millis() as u64).collect(),
-                wait_ms: (TTL * 10).as_millis() as u64,
-                restart_grace_ms: plan.restart_grace.map(|g| g.as_millis() as u64),
-                deadline_ns,
-                log_path: dir.join(format!("worker-{id}.log")),
-                freeze_after_ns: if id == 0 { freeze_after_ns } else { None },
-            };
-            let out = std::fs::File::create(dir.join(format!("worker-{id}.out"))).expect("out");
-            let err = out.try_clone().expect("out");
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    WORKER_TEST,
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(WORKER_ENV, serde_json::to_string(&cfg).expect("config"))
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .spawn()
-                .expect("spawn worker")
-        })
-        .collect();
+    let clock_file = dir.join("faketime");
     let mut run = Run {
-        lock,
+        servers,
         data,
-        proxy,
+        proxies,
         keys: DataKeys::new(&ns),
-        children,
+        children: Vec::new(),
+        deadline_ns: after(Duration::from_secs(600)),
+        freeze_after_ns: plan.freeze_after.map(after),
         plan,
+        dir,
+        ns,
+        clock_file,
     };
+    run.set_clock_offset("+0");
+    for id in 0..run.plan.workers {
+        run.spawn_worker(id, run.plan.restart_grace);
+    }
 
     sleep(warmup);
     fault(&mut run);
     sleep(cooldown);
-    if let Some(proxy) = &run.proxy {
+    for proxy in &run.proxies {
         proxy.set_mode(ProxyMode::Pass);
     }
+    let dir = run.dir.clone();
     run.data.cmd(&["SET", &run.keys.stop, "1"]);
 
     let stop_by = Instant::now() + STOP_TIMEOUT;
@@ -249,11 +423,13 @@ fn run(plan: Plan, warmup: Duration, cooldown: Duration, fault: impl FnOnce(&mut
     }
     println!(
         "faults {:<22} workers={}x{} {figures}",
-        run.plan.name, run.plan.workers, run.plan.tasks
+        run.plan.name,
+        run.children.len(),
+        run.plan.tasks
     );
     if !figures.error_sample.is_empty() {
         println!(
-            "faults {:<22} first error: {}",
+            "faults {:<22} first errors: {}",
             run.plan.name, figures.error_sample
         );
     }
@@ -270,7 +446,7 @@ fn run(plan: Plan, warmup: Duration, cooldown: Duration, fault: impl FnOnce(&mut
 }
 
 /// What every scenario requires, the frozen one aside.
-fn assert_safe(name: &str, f: &Figures) {
+pub(crate) fn assert_safe(name: &str, f: &Figures) {
     assert!(f.sections > 0, "{name}: no section ran: {f}");
     assert_eq!(
         f.stale_accepted, 0,
@@ -417,7 +593,7 @@ fn holder_sigstopped() {
         // holder showed: printed if none did.
         let mut seen = Vec::new();
         while frozen_at.elapsed() < FREEZE.max(FREEZE_WINDOW) {
-            let holder = run.lock.cmd(&["GET", &lock_key]);
+            let holder = run.lock().cmd(&["GET", &lock_key]);
             if other_holder_after.is_none()
                 && let Value::BulkString(holder) = &holder
                 && !holder.ends_with(b":worker-0")
@@ -430,10 +606,10 @@ fn holder_sigstopped() {
                 seen.push(format!(
                     "{:?}: holder {holder:?} pttl {:?} line {:?} places {:?}",
                     frozen_at.elapsed(),
-                    run.lock.cmd(&["PTTL", &lock_key]),
-                    run.lock
+                    run.lock().cmd(&["PTTL", &lock_key]),
+                    run.lock()
                         .cmd(&["LRANGE", &format!("{tagged}:line"), "0", "-1"]),
-                    run.lock.cmd(&["HGETALL", &format!("{tagged}:places")]),
+                    run.lock().cmd(&["HGETALL", &format!("{tagged}:places")]),
                 ));
             }
             sleep(Duration::from_millis(20));
@@ -445,7 +621,7 @@ fn holder_sigstopped() {
         let after = other_holder_after.unwrap_or_else(|| {
             panic!(
                 "nobody else took the lock while the holder was frozen; server time {:?}, seen:\n{}",
-                run.lock.cmd(&["TIME"]),
+                run.lock().cmd(&["TIME"]),
                 seen.join("\n")
             )
         });
@@ -511,9 +687,9 @@ fn restarts(
                 match kinds[i % kinds.len()] {
                     RestartKind::Burst => {
                         sleep_to_next_wall_second(Duration::from_millis(20));
-                        run.lock.restart();
+                        run.lock_mut().restart();
                         sleep(Duration::from_millis(400));
-                        run.lock.restart();
+                        run.lock_mut().restart();
                     }
                     RestartKind::LateInLongBody => {
                         run.wait_for_holder(LONG, |_| true);
@@ -521,7 +697,7 @@ fn restarts(
                         // its next renewal (every ttl/3) finds the key gone.
                         let before_write = Duration::from_millis(50 + 50 * (i as u64 % 3));
                         sleep(LONG - before_write);
-                        run.lock.restart();
+                        run.lock_mut().restart();
                     }
                 }
                 sleep(TTL * 2);
@@ -588,7 +764,7 @@ fn debug_sleep() {
             for _ in 0..scaled(1, 3) {
                 run.wait_for_holder(LONG, |_| true);
                 sleep(Duration::from_millis(200));
-                run.lock
+                run.lock()
                     .debug_sleep(TTL * 5 / 2)
                     .join()
                     .expect("DEBUG SLEEP");

@@ -34,8 +34,10 @@ pub const WORKER_TEST: &str = "workload::faults_worker";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     pub id: usize,
-    /// Where the lock lives: the lock server, or the fault proxy in front of it.
-    pub lock_url: String,
+    /// Where the lock lives (a server, or fault proxies in front of it).
+    pub target: LockTarget,
+    /// `LockClientBuilder::replica_sync(n, timeout)`, when set: `(n, timeout ms)`.
+    pub replica_sync: Option<(usize, u64)>,
     /// The data server (counter, fenced store), reached directly.
     pub data_url: String,
     /// Namespace of the data keys and the lock key.
@@ -53,6 +55,19 @@ pub struct WorkerConfig {
     /// This worker's task 0 does one "frozen" section (see
     /// [`frozen_section`]) as soon as the shared clock passes this.
     pub freeze_after_ns: Option<u64>,
+}
+
+/// How a worker reaches the lock: the topology and its URLs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum LockTarget {
+    /// One server (`connect`).
+    Single(String),
+    /// Sentinels watching a set (`connect_sentinel`).
+    Sentinel { master: String, urls: Vec<String> },
+    /// Seed nodes of a Redis Cluster (`connect_cluster`).
+    Cluster(Vec<String>),
+    /// Independent masters (`connect_redlock`).
+    Redlock(Vec<String>),
 }
 
 /// Data keys of a scenario, on the data server.
@@ -191,8 +206,17 @@ impl ErrorCounts {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if !matches!(e, LockError::Busy { .. }) {
+            // The first error of each kind.
             let mut sample = self.sample.lock().unwrap_or_else(|p| p.into_inner());
-            sample.get_or_insert_with(|| e.to_string().replace('\n', " "));
+            let text = sample.get_or_insert_with(String::new);
+            let tag = format!("[{kind}] ");
+            if !text.contains(&tag) {
+                if !text.is_empty() {
+                    text.push_str(" | ");
+                }
+                text.push_str(&tag);
+                text.push_str(&e.to_string().replace('\n', " "));
+            }
         }
         kind
     }
@@ -409,7 +433,23 @@ async fn connect(cfg: &WorkerConfig) -> LockClient {
         if let Some(ms) = cfg.restart_grace_ms {
             builder = builder.restart_grace(Duration::from_millis(ms));
         }
-        match builder.connect(&cfg.lock_url).await {
+        if let Some((replicas, ms)) = cfg.replica_sync {
+            builder = builder.replica_sync(replicas, Duration::from_millis(ms));
+        }
+        let connected = match &cfg.target {
+            LockTarget::Single(url) => builder.connect(url).await,
+            #[cfg(feature = "sentinel")]
+            LockTarget::Sentinel { master, urls } => builder.connect_sentinel(master, urls).await,
+            #[cfg(feature = "cluster")]
+            LockTarget::Cluster(urls) => builder.connect_cluster(urls).await,
+            LockTarget::Redlock(urls) => builder.connect_redlock(urls).await,
+            #[allow(unreachable_patterns)]
+            other => panic!(
+                "worker {}: {other:?} needs leasehold's default features",
+                cfg.id
+            ),
+        };
+        match connected {
             Ok(client) => return client,
             Err(e) => last = Some(e),
         }

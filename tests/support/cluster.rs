@@ -12,6 +12,8 @@ use super::server::{RedisServer, cli_bin, info_lookup, value_to_string};
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 const SLOTS: u16 = 16384;
+/// How long `manual_failover` waits before asking again.
+const MANUAL_FAILOVER_RETRY: Duration = Duration::from_secs(5);
 
 /// N cluster-enabled masters on 127.0.0.1 owning all 16384 slots, 0 replicas.
 /// Dropping it kills every node.
@@ -263,6 +265,56 @@ impl RedisCluster {
             }
             if Instant::now() >= deadline {
                 panic!("failover of slot {slot} to node {replica} not seen: {views:?}\n{state}");
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// `CLUSTER FAILOVER` (the graceful, manual one) on replica `replica`:
+    /// its master stops taking writes until the replica has caught up, the
+    /// replica takes over and the old master becomes its replica. Returns
+    /// once every node reports the replica as the owner of `slot` (one of
+    /// the master's slots) and says `cluster_state:ok` (30 s, then panics).
+    ///
+    /// A manual failover that has not happened within 5 s (Redis gives up
+    /// on it then; masters also refuse to vote twice within two node
+    /// timeouts for replicas of the same master) is asked for again.
+    pub fn manual_failover(&self, replica: usize, slot: u16) {
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        let mut asked: Option<Instant> = None;
+        loop {
+            if asked.is_none_or(|at| at.elapsed() >= MANUAL_FAILOVER_RETRY) {
+                let reply = self.nodes[replica].cmd_result(&["CLUSTER", "FAILOVER"]);
+                // Asked again, it may have become master meanwhile, and refuse.
+                if asked.is_none()
+                    && let Err(e) = reply
+                {
+                    panic!("CLUSTER FAILOVER on node {replica}: {e}");
+                }
+                asked = Some(Instant::now());
+            }
+            let views: Vec<Result<Option<usize>, String>> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_running())
+                .map(|i| self.owner_seen_by(i, slot))
+                .collect();
+            let all_ok = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_running())
+                .all(|i| {
+                    let info = self.nodes[i]
+                        .cmd_result(&["CLUSTER", "INFO"])
+                        .map(|v| value_to_string(&v))
+                        .unwrap_or_default();
+                    info_lookup(&info, "cluster_state") == Some("ok")
+                });
+            if all_ok
+                && views
+                    .iter()
+                    .all(|v| matches!(v, Ok(Some(o)) if *o == replica))
+            {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!("manual failover of slot {slot} to node {replica} not seen: {views:?}");
             }
             std::thread::sleep(POLL);
         }

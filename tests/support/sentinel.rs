@@ -353,6 +353,59 @@ impl SentinelSet {
         self.proxy.set_mode(ProxyMode::Blackhole);
     }
 
+    /// Whether every running replica still replicates through the proxy
+    /// (so that [`hold_replication`](Self::hold_replication) holds its
+    /// writes back): `false` once the sentinels pointed one at the primary
+    /// directly, or for a set from [`start_direct`](Self::start_direct).
+    pub fn replication_held_back(&self) -> bool {
+        let proxy_port = self.proxy.port().to_string();
+        let primary = self.primary_port();
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != primary)
+            .all(|n| {
+                let info = n.info("replication");
+                super::server::info_lookup(&info, "master_port") == Some(proxy_port.as_str())
+            })
+    }
+
+    /// Points every running replica back at the proxy (`REPLICAOF`), with
+    /// the proxy passing traffic, and waits until each is in sync through
+    /// it (30 s, then panics): undoes the sentinels' `+fix-slave-config`,
+    /// for [`hold_replication`](Self::hold_replication) to work again for
+    /// several seconds.
+    pub fn replicate_through_proxy(&self) {
+        self.proxy.set_mode(ProxyMode::Pass);
+        let proxy_port = self.proxy.port().to_string();
+        let primary = self.primary_port();
+        let replicas: Vec<&RedisServer> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != primary)
+            .collect();
+        for replica in &replicas {
+            replica.cmd(&["REPLICAOF", "127.0.0.1", &proxy_port]);
+        }
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        for replica in &replicas {
+            loop {
+                let info = replica.info("replication");
+                let lookup = |f| super::server::info_lookup(&info, f).map(str::to_owned);
+                if lookup("master_port").as_deref() == Some(proxy_port.as_str())
+                    && lookup("master_link_status").as_deref() == Some("up")
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {} not in sync through the proxy:\n{info}",
+                    replica.port()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     /// `kill -9` the current primary; returns its port.
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.primary_port();

@@ -329,6 +329,28 @@ impl Gate {
         self.apply_as(identity, false, LostCause::FailedOver)
     }
 
+    /// A client that connects (through the sentinels) to a primary that
+    /// has been primary for only `age`: with `restart_grace`, it grants
+    /// nothing there until the grace has passed since then, as on a server
+    /// that started `age` ago. A promoted replica's uptime is that of a
+    /// server started long before the failover, and this client did not
+    /// see the failover (a client that did counts the grace from it, see
+    /// [`failed_over`](Self::failed_over)).
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn primary_for(&self, age: Duration) {
+        let grace = self.settings.restart_grace;
+        if age < grace {
+            let mut state = self.state();
+            state.young_until = later(state.young_until, Instant::now() + (grace - age));
+        }
+    }
+
+    /// Whether grants wait for `restart_grace` at all.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn has_restart_grace(&self) -> bool {
+        !self.settings.restart_grace.is_zero()
+    }
+
     fn apply(&self, identity: Identity, first: bool) -> Result<(), LockError> {
         self.apply_as(identity, first, LostCause::Restarted)
     }

@@ -17,6 +17,11 @@
 //!   primary reported lost with [`LostCause::FailedOver`]. The release
 //!   listener moves to the new primary (resubscribing its channels) and every
 //!   waiter is woken to look again.
+//! - **Connecting after a failover.** With `restart_grace`, a client asks
+//!   the sentinels how long the primary has been primary
+//!   (`role-reported-time` of `SENTINEL MASTER`) and grants nothing until
+//!   the grace has passed since then: a promoted replica's uptime says
+//!   nothing about its promotion, and this client did not see it.
 //!
 //! [`LostCause::FailedOver`]: crate::error::LostCause::FailedOver
 //!
@@ -207,6 +212,12 @@ impl Sentinel {
         let address = resolve(master_name, &sentinels, &template, settings, &shown).await?;
         let mut conn = open_primary(&address, settings, pushes.clone()).await?;
         gate.check(&mut conn, true).await?;
+        if gate.has_restart_grace()
+            && let Some(age) =
+                primary_age(master_name, &sentinels, &template, &address, settings).await
+        {
+            gate.primary_for(age);
+        }
         scripts::preload(&mut conn, &shown).await?;
 
         let (alive, alive_rx) = watch::channel(());
@@ -402,6 +413,77 @@ async fn ask(
     match tokio::time::timeout(settings.response_timeout, asking).await {
         Ok(answer) => answer.map_err(|e| backend_error(&sentinel.shown, e)),
         Err(_) => Err(LockError::backend(&sentinel.shown, "no answer in time")),
+    }
+}
+
+/// How long `primary` has been the set's primary, as the first sentinel
+/// that answers `SENTINEL MASTER` knows it: its `role-reported-time`, the
+/// time since it switched to this primary (or, if it started monitoring
+/// later, since then: shorter, the safe side). Zero if that sentinel still
+/// names another primary (it has not heard of the failover yet); `None` if
+/// no sentinel says.
+async fn primary_age(
+    master_name: &str,
+    sentinels: &[Address],
+    template: &PrimaryTemplate,
+    primary: &Address,
+    settings: &ConnectSettings,
+) -> Option<Duration> {
+    for sentinel in sentinels {
+        let Ok(client) = sentinel.client(settings) else {
+            continue;
+        };
+        let Ok(mut con) = within_connect_timeout(
+            client.get_multiplexed_async_connection(),
+            settings,
+            &sentinel.shown,
+        )
+        .await
+        else {
+            continue;
+        };
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("MASTER").arg(master_name);
+        let asking = cmd.query_async::<Value>(&mut con);
+        let Ok(Ok(reply)) = tokio::time::timeout(settings.response_timeout, asking).await else {
+            continue;
+        };
+        let named = match (
+            field(&reply, "ip"),
+            field(&reply, "port").and_then(|p| p.parse::<u16>().ok()),
+        ) {
+            (Some(ip), Some(port)) => redact_url(&template.url(&ip, port)),
+            _ => continue,
+        };
+        if named != primary.shown {
+            return Some(Duration::ZERO);
+        }
+        if let Some(ms) = field(&reply, "role-reported-time").and_then(|v| v.parse().ok()) {
+            return Some(Duration::from_millis(ms));
+        }
+    }
+    None
+}
+
+/// A field of a `SENTINEL MASTER` reply: a flat array of names and values
+/// (RESP2) or a map (RESP3).
+fn field(reply: &Value, name: &str) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| text(&pair[0]).as_deref() == Some(name))
+            .and_then(|pair| pair.get(1).and_then(text)),
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .and_then(|(_, v)| text(v)),
+        _ => None,
     }
 }
 
@@ -700,6 +782,24 @@ impl Topology for Sentinel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_master_field_is_read_from_either_protocol() {
+        let flat = Value::Array(vec![
+            Value::BulkString(b"name".to_vec()),
+            Value::BulkString(b"mymaster".to_vec()),
+            Value::BulkString(b"role-reported-time".to_vec()),
+            Value::BulkString(b"1234".to_vec()),
+        ]);
+        assert_eq!(field(&flat, "role-reported-time").as_deref(), Some("1234"));
+        let map = Value::Map(vec![(
+            Value::BulkString(b"role-reported-time".to_vec()),
+            Value::Int(99),
+        )]);
+        assert_eq!(field(&map, "role-reported-time").as_deref(), Some("99"));
+        assert_eq!(field(&map, "num-slaves"), None);
+        assert_eq!(field(&Value::Nil, "role-reported-time"), None);
+    }
 
     #[test]
     fn sentinel_urls_split_into_the_sentinel_and_the_primary() -> Result<(), LockError> {
