@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
+use crate::backend::LockKeys;
 use crate::lease::Lease;
 
 tokio::task_local! {
@@ -25,14 +26,17 @@ tokio::task_local! {
 
 /// The lease the current `run` scope holds on `key` through client
 /// `client_id`, if still held (a lost lease is not re-entered).
-pub(crate) fn find(client_id: u64, key: &str) -> Option<Arc<Lease>> {
+pub(crate) fn find(client_id: u64, keys: &LockKeys) -> Option<Arc<Lease>> {
     HELD.try_with(|held| {
         held.borrow()
             .iter()
             .rev()
             .filter_map(Weak::upgrade)
             .find(|lease| {
-                lease.client_id() == client_id && lease.keys.key == key && lease.is_held()
+                lease.client_id() == client_id
+                    && lease.keys.key == keys.key
+                    && lease.keys.kind == keys.kind
+                    && lease.is_held()
             })
     })
     .ok()

@@ -6,6 +6,8 @@
 //!
 //! Time is tokio's clock, so tests can run it with `tokio::time::pause()`.
 
+mod family;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
     Release, Renewal, Reply, glob, key_of_lock_name,
 };
+use crate::error::LockError;
 
 /// The shortest time an operator's release is remembered for the old
 /// holder's next renewal (as `force_release.lua`).
@@ -38,6 +41,8 @@ struct Table {
     /// Operators' releases, by lock key: the owner token taken and until
     /// when its next renewal is told so (`P{K}:forced` on Redis).
     forced: HashMap<String, (String, Instant)>,
+    /// The semaphores and rw locks, by holders key (see `memory/family.rs`).
+    families: HashMap<String, family::Family>,
     size_after_sweep: usize,
 }
 
@@ -237,6 +242,9 @@ impl MemoryBackend {
         batch
             .iter()
             .map(|item| match table.live(&item.keys.lock, now) {
+                _ if family::is_family(&item.keys.kind) => {
+                    Self::family_renew(&mut table, item, now)
+                }
                 Some(entry) if entry.token == *item.token => {
                     // Zero: a check only.
                     if !item.ttl.is_zero() {
@@ -322,18 +330,37 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, in_line) = attempt.parts();
+        if family::is_family(&keys.kind) {
+            let outcome = self.family_acquire(keys, token, ttl, in_line);
+            return Box::pin(async move { outcome });
+        }
+        if self.table().family_held(&keys.lock, Instant::now()) {
+            let wrong = LockError::WrongType {
+                key: keys.key.clone(),
+                redis_key: keys.lock.clone(),
+            };
+            return Box::pin(async move { Err(wrong) });
+        }
         let outcome = self.acquire_now(keys, token, ttl, in_line);
         Box::pin(async move { Ok(outcome) })
     }
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        self.abandon_now(keys, token);
+        if family::is_family(&keys.kind) {
+            self.family_abandon(keys, token);
+        } else {
+            self.abandon_now(keys, token);
+        }
         Box::pin(async {})
     }
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, _) = release.parts();
-        let outcome = self.release_now(keys, token, keep);
+        let outcome = if family::is_family(&keys.kind) {
+            self.family_release(keys, token, keep)
+        } else {
+            self.release_now(keys, token, keep)
+        };
         Box::pin(async move { Ok(outcome) })
     }
 
@@ -430,6 +457,7 @@ impl MemoryBackend {
         table.locks.clear();
         table.fences.clear();
         table.lines.clear();
+        table.families.clear();
         table.size_after_sweep = 0;
     }
 }

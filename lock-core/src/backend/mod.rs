@@ -29,6 +29,7 @@
 //! "Data layout" table in `lib.rs`); [`LockKeys`] builds them.
 
 pub(crate) mod connect;
+pub(crate) mod family;
 #[cfg(feature = "testing")]
 pub(crate) mod faulty;
 pub(crate) mod glob;
@@ -121,6 +122,9 @@ pub(crate) struct LockKeys {
     pub(crate) line: String,
     pub(crate) places: String,
     pub(crate) channel: String,
+    /// Which primitive these names belong to (a plain lock unless built by
+    /// [`LockKeys::of_kind`]).
+    pub(crate) kind: family::Kind,
 }
 
 impl LockKeys {
@@ -142,6 +146,15 @@ impl LockKeys {
             line: named(":line"),
             places: named(":places"),
             channel: named(":released"),
+            kind: family::Kind::Lock,
+        }
+    }
+
+    /// The names of `key` for a primitive of the lock family.
+    pub(crate) fn of_kind(prefix: &str, key: &str, kind: family::Kind) -> LockKeys {
+        LockKeys {
+            kind,
+            ..LockKeys::new(prefix, key)
         }
     }
 }

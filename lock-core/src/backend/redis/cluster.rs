@@ -271,6 +271,10 @@ impl Topology for Cluster {
         false
     }
 
+    fn one_slot(&self) -> bool {
+        false
+    }
+
     fn renew<'a>(
         &'a self,
         batch: &'a [Renewal],

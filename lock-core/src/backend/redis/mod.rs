@@ -21,6 +21,7 @@
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+mod family;
 pub(crate) mod gate;
 pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
@@ -150,6 +151,12 @@ pub(crate) trait Topology: Send + Sync + 'static {
     /// Whether `WAIT` applies (one primary behind the connection): Redis
     /// Cluster refuses a synced acquisition instead.
     fn waits_for_replicas(&self) -> bool {
+        true
+    }
+
+    /// Whether every key lives on one server, so that one script may touch
+    /// keys of different hash tags (false on Redis Cluster).
+    fn one_slot(&self) -> bool {
         true
     }
 }
@@ -457,6 +464,16 @@ impl<T: Topology> Backend for RedisBackend<T> {
             }
             self.admit(keys, ttl).await?;
             let attempt = |mut con: T::Conn| async move {
+                if keys.kind.is_shared() {
+                    let attempt = Attempt {
+                        keys,
+                        token,
+                        ttl,
+                        in_line,
+                        fence_floor,
+                    };
+                    return self.family_attempt(&mut con, attempt).await;
+                }
                 scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
             };
             let connection = self.gate.connection_number();
@@ -493,6 +510,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            if keys.kind.is_shared() {
+                return self.family_abandon(keys, token).await;
+            }
             let publish = self.topology.publish();
             let result = self
                 .call(
@@ -515,6 +535,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
+            if keys.kind.is_shared() {
+                return self.family_release(release).await;
+            }
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
@@ -535,7 +558,11 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
-            let owned = self.renew_script(batch).await?;
+            let owned = if batch.iter().any(|item| item.keys.kind.is_shared()) {
+                self.renew_with_family(batch).await?
+            } else {
+                self.renew_script(batch).await?
+            };
             // Held for another lease: remembered as asks. Found there after
             // a change: their keys survived it.
             self.gate.renewed(

@@ -16,6 +16,10 @@
 
 mod abandon;
 mod acquire;
+mod family_abandon;
+mod family_acquire;
+mod family_release;
+mod family_renew;
 mod force_release;
 mod inspect;
 pub(crate) mod native;
@@ -37,6 +41,10 @@ pub(crate) use abandon::abandon;
 /// these by hand.
 pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
+pub(crate) use family_abandon::family_abandon;
+pub(crate) use family_acquire::family_acquire;
+pub(crate) use family_release::family_release;
+pub(crate) use family_renew::family_renew;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
 pub(crate) use native::{Native, Natives, Offered};
@@ -53,8 +61,12 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 7] {
+pub(crate) fn all() -> [&'static Script; 11] {
     [
+        &family_acquire::SCRIPT,
+        &family_release::SCRIPT,
+        &family_renew::SCRIPT,
+        &family_abandon::SCRIPT,
         &acquire::SCRIPT,
         &release::SCRIPT,
         &renew::SCRIPT,
@@ -178,8 +190,24 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 7] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 11] {
     [
+        (
+            "family_acquire",
+            &family_acquire::SCRIPT,
+            family_acquire::SOURCE,
+        ),
+        (
+            "family_release",
+            &family_release::SCRIPT,
+            family_release::SOURCE,
+        ),
+        ("family_renew", &family_renew::SCRIPT, family_renew::SOURCE),
+        (
+            "family_abandon",
+            &family_abandon::SCRIPT,
+            family_abandon::SOURCE,
+        ),
         ("acquire", &acquire::SCRIPT, acquire::SOURCE),
         ("release", &release::SCRIPT, release::SOURCE),
         ("renew", &renew::SCRIPT, renew::SOURCE),

@@ -1,0 +1,112 @@
+//! The semaphore and the read-write lock on Redis (data layout and
+//! fairness in `backend/family.rs`): their scripts' calls, beside the
+//! lock's in `super`, which dispatches to them by the kind of the keys.
+
+use std::collections::BTreeMap;
+
+use futures_util::future::join_all;
+
+use super::{RedisBackend, Topology};
+use crate::backend::scripts::{self, ScriptError};
+use crate::backend::wakeups::Announcement;
+use crate::backend::{Acquired, Attempt, LockKeys, Owned, Release, Renewal};
+use crate::error::LockError;
+
+impl<T: Topology> RedisBackend<T> {
+    /// One attempt at a permit or a rw-lock side (the gate already checked
+    /// by the caller, as for a lock).
+    pub(super) async fn family_attempt(
+        &self,
+        con: &mut T::Conn,
+        attempt: Attempt<'_>,
+    ) -> Result<Acquired, ScriptError> {
+        let (keys, token, ttl, in_line) = attempt.parts();
+        scripts::family_acquire(con, keys, token, ttl, in_line, self.topology.publish()).await
+    }
+
+    /// Give back a permit or a rw-lock side; this client's own waiters hear
+    /// it at once.
+    pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let (keys, token, keep, _) = release.parts();
+        let publish = self.topology.publish();
+        let released = self
+            .call(|mut con| async move {
+                scripts::family_release(&mut con, keys, token, keep, publish).await
+            })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        if released.owned == Owned::Yes {
+            self.gate.survived(&keys.key);
+            if let Some(next) = &released.next {
+                self.listener
+                    .wakeups
+                    .announce(&keys.channel, Announcement::Next(next));
+            }
+        }
+        Ok(released.owned)
+    }
+
+    /// Abandon an acquisition of a permit or rw-lock side.
+    pub(super) async fn family_abandon(&self, keys: &LockKeys, token: &str) {
+        let publish = self.topology.publish();
+        let result =
+            self.call(|mut con| async move {
+                scripts::family_abandon(&mut con, keys, token, publish).await
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+        }
+    }
+
+    /// Renew a batch that holds permits or rw-lock sides: the locks through
+    /// the topology's batched renewal as usual, the others by
+    /// `family_renew.lua`, one call for all of them on one server, one per
+    /// key on Cluster (a key's names share a slot); all sent at once.
+    pub(super) async fn renew_with_family(
+        &self,
+        batch: &[Renewal],
+    ) -> Result<Vec<Owned>, LockError> {
+        let (shared, plain): (Vec<(usize, &Renewal)>, Vec<(usize, &Renewal)>) = batch
+            .iter()
+            .enumerate()
+            .partition(|(_, item)| item.keys.kind.is_shared());
+        let mut out = vec![Owned::No; batch.len()];
+        if !plain.is_empty() {
+            let items: Vec<Renewal> = plain.iter().map(|(_, item)| (*item).clone()).collect();
+            let owned = self.renew_script(&items).await?;
+            for ((at, _), owned) in plain.iter().zip(owned) {
+                out[*at] = owned;
+            }
+        }
+        let mut groups: BTreeMap<&str, Vec<(usize, &Renewal)>> = BTreeMap::new();
+        for (at, item) in shared {
+            let group = if self.topology.one_slot() {
+                ""
+            } else {
+                item.keys.key.as_str()
+            };
+            groups.entry(group).or_default().push((at, item));
+        }
+        let calls = groups.values().map(|group| async move {
+            let items: Vec<&Renewal> = group.iter().map(|(_, item)| *item).collect();
+            let items = &items;
+            let owned = self
+                .call(|mut con| async move { scripts::family_renew(&mut con, items).await })
+                .await;
+            (group, owned)
+        });
+        for (group, owned) in join_all(calls).await {
+            let owned = owned.map_err(|e| match e {
+                ScriptError::Redis(e) => scripts::script_backend_error(&self.server, e),
+                wrong @ ScriptError::WrongType { .. } => {
+                    LockError::backend(&self.server, format!("{wrong:?}"))
+                }
+            })?;
+            for ((at, _), owned) in group.iter().zip(owned) {
+                out[*at] = owned;
+            }
+        }
+        Ok(out)
+    }
+}
