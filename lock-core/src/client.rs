@@ -8,7 +8,7 @@ use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
 use crate::family::{RwLock, Shape, sorted_keys};
-use crate::info::LockInfo;
+use crate::info::{Holder, LockInfo, LockKind};
 use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
@@ -421,13 +421,27 @@ impl LockClient {
 }
 
 fn into_info(found: Inspected) -> LockInfo {
-    LockInfo::new(
+    let info = LockInfo::new(
         found.key,
         &found.token,
         found.ttl,
         found.fence,
         found.waiters,
-    )
+    );
+    let Some(first) = found.shared.first() else {
+        return info;
+    };
+    let kind = match first.letter {
+        's' => LockKind::Semaphore,
+        _ if found.shared.iter().any(|h| h.letter == 'w') => LockKind::Write,
+        _ => LockKind::Read,
+    };
+    let holders = found
+        .shared
+        .iter()
+        .map(|h| Holder::new(&h.token, h.ttl, h.fence))
+        .collect();
+    info.with_holders(kind, holders)
 }
 
 impl std::fmt::Debug for LockClient {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::backend::LockKeys;
-use crate::backend::family::Kind;
+use crate::backend::family::{AllKeys, Kind};
 use crate::error::LockError;
 use crate::limits::validate_key;
 use crate::request::{LockRequest, Shared};
@@ -55,12 +55,9 @@ impl Shape {
             Shape::Semaphore(permits) => Kind::Semaphore { permits: *permits },
             Shape::Read => Kind::Read,
             Shape::Write => Kind::Write,
-            Shape::All(keys) => Kind::All(
-                keys.iter()
-                    .map(|key| LockKeys::new(prefix, key))
-                    .collect::<Vec<_>>()
-                    .into(),
-            ),
+            Shape::All(keys) => Kind::All(Arc::new(AllKeys::new(
+                keys.iter().map(|key| LockKeys::new(prefix, key)).collect(),
+            ))),
         };
         LockKeys::of_kind(prefix, key, kind)
     }

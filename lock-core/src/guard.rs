@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::family::Kind;
 use crate::error::{LockError, LostCause};
 use crate::lease::Lease;
 
@@ -67,6 +68,30 @@ impl LockGuard {
     /// acquisition.
     pub fn fencing_token(&self) -> u64 {
         self.lease.fence
+    }
+
+    /// The fencing token of `key` in this guard: for a
+    /// [`lock_all`](crate::LockClient::lock_all) guard, the token each of
+    /// its keys was granted with (its [`fencing_token`](Self::fencing_token)
+    /// is the first sorted key's); for any other guard, its token when
+    /// `key` is its key. `None` for a key it does not hold.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// let client = leasehold_core::LockClient::in_memory();
+    /// let both = client.lock_all(["acct:doc-b", "acct:doc-a"]).acquire().await?;
+    /// assert_eq!(both.fencing_token_of("acct:doc-a"), Some(both.fencing_token()));
+    /// assert!(both.fencing_token_of("acct:doc-b").is_some());
+    /// assert_eq!(both.fencing_token_of("acct:doc-c"), None);
+    /// # both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token_of(&self, key: &str) -> Option<u64> {
+        match &self.lease.keys.kind {
+            Kind::All(all) => all.fence_of(key),
+            _ => (self.lease.keys.key == key).then_some(self.lease.fence),
+        }
     }
 
     /// `true` while the lease is ours: not released, not refused at renewal,

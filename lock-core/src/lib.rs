@@ -110,7 +110,7 @@ pub use fallback::LockFallback;
 pub use family::RwLock;
 pub use global::set_global_client;
 pub use guard::LockGuard;
-pub use info::LockInfo;
+pub use info::{Holder, LockInfo, LockKind};
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrancy::fencing_token;
 pub use request::LockRequest;

@@ -37,7 +37,7 @@
 //!
 //! The keys of `lock_all` are plain locks (see `scripts/lock_all.lua`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::LockKeys;
 
@@ -58,8 +58,49 @@ pub(crate) enum Kind {
     Write,
     /// Every one of these plain locks at once, sorted by key, without
     /// duplicates (`LockClient::lock_all`).
-    All(Arc<[LockKeys]>),
+    All(Arc<AllKeys>),
 }
+
+/// The plain locks of one `lock_all`, and the fencing tokens its grant
+/// issued (set by the backend when it grants them all).
+#[derive(Debug)]
+pub(crate) struct AllKeys {
+    /// The names of each key, sorted by key.
+    pub(crate) keys: Vec<LockKeys>,
+    fences: Mutex<Vec<u64>>,
+}
+
+impl AllKeys {
+    pub(crate) fn new(keys: Vec<LockKeys>) -> AllKeys {
+        AllKeys {
+            keys,
+            fences: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Remember the fencing tokens of a grant, one per key in order.
+    pub(crate) fn granted(&self, fences: Vec<u64>) {
+        *self.fences.lock().unwrap_or_else(PoisonError::into_inner) = fences;
+    }
+
+    /// The fencing token `key` was granted with.
+    pub(crate) fn fence_of(&self, key: &str) -> Option<u64> {
+        let at = self.keys.iter().position(|k| k.key == key)?;
+        self.fences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(at)
+            .copied()
+    }
+}
+
+impl PartialEq for AllKeys {
+    fn eq(&self, other: &AllKeys) -> bool {
+        self.keys == other.keys
+    }
+}
+
+impl Eq for AllKeys {}
 
 impl Kind {
     /// The letter of a holder or waiter of this kind in the family's hashes

@@ -6,6 +6,7 @@
 //!
 //! Time is tokio's clock, so tests can run it with `tokio::time::pause()`.
 
+mod all;
 mod family;
 
 use std::collections::{HashMap, VecDeque};
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::family::Kind;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
@@ -265,6 +267,9 @@ impl MemoryBackend {
     fn inspect_now(&self, keys: &LockKeys) -> Option<Inspected> {
         let now = Instant::now();
         let mut table = self.table();
+        if table.families.contains_key(&keys.lock) {
+            return Self::family_inspect(&mut table, keys, now);
+        }
         let (token, expires_at) = {
             let entry = table.live(&keys.lock, now)?;
             (entry.token.clone(), entry.expires_at)
@@ -281,6 +286,7 @@ impl MemoryBackend {
             waiters: table.lines.get(&keys.line).map_or(0, |line| {
                 line.iter().filter(|(_, kept)| *kept > now).count()
             }),
+            shared: Vec::new(),
         })
     }
 
@@ -292,7 +298,9 @@ impl MemoryBackend {
                 .locks
                 .iter()
                 .filter(|(_, entry)| entry.expires_at > now)
-                .filter_map(|(name, _)| key_of_lock_name(prefix, name))
+                .map(|(name, _)| name)
+                .chain(table.families.keys())
+                .filter_map(|name| key_of_lock_name(prefix, name))
                 .filter(|key| glob::matches(pattern, key))
                 .map(str::to_owned)
                 .collect()
@@ -334,6 +342,10 @@ impl Backend for MemoryBackend {
             let outcome = self.family_acquire(keys, token, ttl, in_line);
             return Box::pin(async move { outcome });
         }
+        if let Kind::All(all) = &keys.kind {
+            let outcome = self.all_acquire(all, token, ttl, in_line);
+            return Box::pin(async move { outcome });
+        }
         if self.table().family_held(&keys.lock, Instant::now()) {
             let wrong = LockError::WrongType {
                 key: keys.key.clone(),
@@ -348,6 +360,8 @@ impl Backend for MemoryBackend {
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
         if family::is_family(&keys.kind) {
             self.family_abandon(keys, token);
+        } else if let Kind::All(all) = &keys.kind {
+            self.all_abandon(all, token);
         } else {
             self.abandon_now(keys, token);
         }
@@ -358,6 +372,8 @@ impl Backend for MemoryBackend {
         let (keys, token, keep, _) = release.parts();
         let outcome = if family::is_family(&keys.kind) {
             self.family_release(keys, token, keep)
+        } else if let Kind::All(all) = &keys.kind {
+            self.all_release(all, token, keep)
         } else {
             self.release_now(keys, token, keep)
         };
@@ -365,7 +381,24 @@ impl Backend for MemoryBackend {
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
-        let outcome = self.renew_now(batch);
+        let outcome = if batch
+            .iter()
+            .any(|item| matches!(item.keys.kind, Kind::All(_)))
+        {
+            batch
+                .iter()
+                .map(|item| match &item.keys.kind {
+                    Kind::All(all) => self.all_renew(all, item),
+                    _ => self
+                        .renew_now(std::slice::from_ref(item))
+                        .first()
+                        .copied()
+                        .unwrap_or(Owned::No),
+                })
+                .collect()
+        } else {
+            self.renew_now(batch)
+        };
         Box::pin(async move { Ok(outcome) })
     }
 

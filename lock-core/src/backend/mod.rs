@@ -245,6 +245,38 @@ pub(crate) struct Inspected {
     pub(crate) fence: u64,
     /// Waiters whose places in line are kept.
     pub(crate) waiters: usize,
+    /// A semaphore's or rw lock's holders (empty for a lock).
+    pub(crate) shared: Vec<SharedHolder>,
+}
+
+/// One holder of a semaphore or rw lock, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedHolder {
+    pub(crate) token: String,
+    /// `s` (permit), `r` (read share) or `w` (writer).
+    pub(crate) letter: char,
+    pub(crate) ttl: Duration,
+    pub(crate) fence: u64,
+}
+
+impl Inspected {
+    /// A semaphore or rw lock with these `holders` (`None` without any):
+    /// the lock-like fields show the latest grant (highest fence).
+    pub(crate) fn of_family(
+        key: &str,
+        holders: Vec<SharedHolder>,
+        waiters: usize,
+    ) -> Option<Inspected> {
+        let latest = holders.iter().max_by_key(|h| h.fence)?.clone();
+        Some(Inspected {
+            key: key.to_owned(),
+            token: latest.token,
+            ttl: latest.ttl,
+            fence: latest.fence,
+            waiters,
+            shared: holders,
+        })
+    }
 }
 
 /// This machine's clock in µs since the Unix epoch (at least 1): the floor

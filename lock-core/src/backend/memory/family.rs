@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use super::super::family::Kind;
 use super::super::wakeups::Announcement;
-use super::super::{Acquired, FENCE_MEMORY, LockKeys, Owned, PLACE_GRACE, Renewal};
+use super::super::{
+    Acquired, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE, Renewal, SharedHolder,
+};
 use super::{MemoryBackend, Table};
 use crate::error::LockError;
 
@@ -251,6 +253,28 @@ impl MemoryBackend {
             self.wakeups
                 .announce(&keys.channel, Announcement::Next(&next));
         }
+    }
+
+    /// The holders and line of a semaphore or rw lock (`None`: none hold it).
+    pub(super) fn family_inspect(
+        table: &mut Table,
+        keys: &LockKeys,
+        now: Instant,
+    ) -> Option<Inspected> {
+        let family = table.families.get(&keys.lock)?;
+        let holders = family
+            .holders
+            .iter()
+            .filter(|h| h.until > now)
+            .map(|h| SharedHolder {
+                token: h.token.clone(),
+                letter: h.letter.chars().next().unwrap_or('s'),
+                ttl: h.until - now,
+                fence: h.fence,
+            })
+            .collect();
+        let waiters = family.line.iter().filter(|p| p.kept > now).count();
+        Inspected::of_family(&keys.key, holders, waiters)
     }
 
     /// Renew one permit or side (a check only with a zero TTL).

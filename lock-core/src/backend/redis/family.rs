@@ -3,13 +3,15 @@
 //! lock's in `super`, which dispatches to them by the kind of the keys.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures_util::future::join_all;
 
 use super::{RedisBackend, Topology};
+use crate::backend::family::{AllKeys, Kind};
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Announcement;
-use crate::backend::{Acquired, Attempt, LockKeys, Owned, Release, Renewal};
+use crate::backend::{Acquired, Attempt, Inspected, LockKeys, Owned, Release, Renewal};
 use crate::error::LockError;
 
 impl<T: Topology> RedisBackend<T> {
@@ -46,6 +48,65 @@ impl<T: Topology> RedisBackend<T> {
         Ok(released.owned)
     }
 
+    /// Read a key whose lock name is not a string: a semaphore or rw lock.
+    pub(super) async fn family_inspect(
+        &self,
+        keys: &LockKeys,
+    ) -> Result<Option<Inspected>, LockError> {
+        self.call(|mut con| async move { scripts::family_inspect(&mut con, keys).await })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))
+    }
+
+    /// `lock_all` on Cluster: every key in one slot, else refused (a script
+    /// cannot span slots).
+    pub(super) fn check_one_slot(&self, keys: &LockKeys) -> Result<(), LockError> {
+        let Kind::All(all) = &keys.kind else {
+            return Ok(());
+        };
+        let names: Vec<&str> = all.keys.iter().map(|k| k.lock.as_str()).collect();
+        if self.topology.same_slot(&names) {
+            return Ok(());
+        }
+        Err(LockError::invalid(
+            "keys",
+            format!(
+                "lock_all on Redis Cluster takes keys of one hash slot only, and these are in \
+                 several: give them a common hash tag in braces (`acct:{{7}}:1`, `acct:{{7}}:2`) \
+                 ({})",
+                self.server
+            ),
+        ))
+    }
+
+    /// Give back every lock of a `lock_all`, each as a plain release would
+    /// (waking each key's next in line). Ours only if every one was.
+    pub(super) async fn release_all(
+        &self,
+        all: &AllKeys,
+        release: Release<'_>,
+    ) -> Result<Owned, LockError> {
+        let (_, token, keep, deadline) = release.parts();
+        let mut outcome = Owned::Yes;
+        for keys in &all.keys {
+            let released = self
+                .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
+                .await?;
+            if released.owned == Owned::Yes && !released.in_background {
+                self.gate.survived(&keys.key);
+                let announcement = match &released.next {
+                    Some(next) => Announcement::Next(next),
+                    None => Announcement::Free(token),
+                };
+                self.listener.wakeups.announce(&keys.channel, announcement);
+            }
+            if outcome == Owned::Yes {
+                outcome = released.owned;
+            }
+        }
+        Ok(outcome)
+    }
+
     /// Abandon an acquisition of a permit or rw-lock side.
     pub(super) async fn family_abandon(&self, keys: &LockKeys, token: &str) {
         let publish = self.topology.publish();
@@ -71,12 +132,34 @@ impl<T: Topology> RedisBackend<T> {
             .iter()
             .enumerate()
             .partition(|(_, item)| item.keys.kind.is_shared());
-        let mut out = vec![Owned::No; batch.len()];
-        if !plain.is_empty() {
-            let items: Vec<Renewal> = plain.iter().map(|(_, item)| (*item).clone()).collect();
+        let mut out = vec![Owned::Yes; batch.len()];
+        // A lock_all lease is one renewal per key, all of the same token:
+        // ours only while every key is.
+        let mut items = Vec::with_capacity(plain.len());
+        let mut owners = Vec::with_capacity(plain.len());
+        for (at, item) in &plain {
+            match &item.keys.kind {
+                Kind::All(all) => {
+                    for keys in &all.keys {
+                        items.push(Renewal {
+                            keys: Arc::new(keys.clone()),
+                            ..(*item).clone()
+                        });
+                        owners.push(*at);
+                    }
+                }
+                _ => {
+                    items.push((*item).clone());
+                    owners.push(*at);
+                }
+            }
+        }
+        if !items.is_empty() {
             let owned = self.renew_script(&items).await?;
-            for ((at, _), owned) in plain.iter().zip(owned) {
-                out[*at] = owned;
+            for (at, owned) in owners.iter().zip(owned) {
+                if out[*at] == Owned::Yes {
+                    out[*at] = owned;
+                }
             }
         }
         let mut groups: BTreeMap<&str, Vec<(usize, &Renewal)>> = BTreeMap::new();

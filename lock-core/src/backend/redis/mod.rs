@@ -159,6 +159,12 @@ pub(crate) trait Topology: Send + Sync + 'static {
     fn one_slot(&self) -> bool {
         true
     }
+
+    /// Whether the Redis names `names` live in one slot (always on one
+    /// server).
+    fn same_slot(&self, _names: &[&str]) -> bool {
+        true
+    }
 }
 
 /// How many locks `list` inspects at once.
@@ -389,9 +395,16 @@ impl<T: Topology> RedisBackend<T> {
         &self,
         keys: &LockKeys,
     ) -> Result<Option<Inspected>, LockError> {
-        self.call(|mut con| async move { scripts::inspect(&mut con, keys).await })
-            .await
-            .map_err(|e| e.into_lock_error(&self.server, keys))
+        let found = self
+            .call(|mut con| async move { scripts::inspect(&mut con, keys).await })
+            .await;
+        match found {
+            // Not a string: a semaphore or rw lock (a hash of holders)?
+            Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+                self.family_inspect(keys).await
+            }
+            other => other.map_err(|e| e.into_lock_error(&self.server, keys)),
+        }
     }
 
     /// The keys (without prefix) of the lock names under `prefix` matching
@@ -459,6 +472,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
         let fence_floor = attempt.fence_floor;
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
+            self.check_one_slot(keys)?;
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
             }
@@ -473,6 +487,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
                         fence_floor,
                     };
                     return self.family_attempt(&mut con, attempt).await;
+                }
+                if let super::family::Kind::All(all) = &keys.kind {
+                    let publish = self.topology.publish();
+                    return scripts::lock_all(&mut con, all, token, ttl, in_line, publish).await;
                 }
                 scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
             };
@@ -513,6 +531,12 @@ impl<T: Topology> Backend for RedisBackend<T> {
             if keys.kind.is_shared() {
                 return self.family_abandon(keys, token).await;
             }
+            if let super::family::Kind::All(all) = &keys.kind {
+                for keys in &all.keys {
+                    self.abandon(keys, token).await;
+                }
+                return;
+            }
             let publish = self.topology.publish();
             let result = self
                 .call(
@@ -538,6 +562,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
             if keys.kind.is_shared() {
                 return self.family_release(release).await;
             }
+            if let super::family::Kind::All(all) = &keys.kind {
+                return self.release_all(all, release).await;
+            }
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
@@ -558,7 +585,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
-            let owned = if batch.iter().any(|item| item.keys.kind.is_shared()) {
+            let owned = if batch
+                .iter()
+                .any(|item| item.keys.kind != super::family::Kind::Lock)
+            {
                 self.renew_with_family(batch).await?
             } else {
                 self.renew_script(batch).await?

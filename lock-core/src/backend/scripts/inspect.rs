@@ -42,6 +42,7 @@ pub(crate) async fn inspect<C: ConnectionLike>(
                 ttl: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
                 fence: fence.parse().unwrap_or(0),
                 waiters: usize::try_from(waiters).unwrap_or(0),
+                shared: Vec::new(),
             }))
         }
         _ => Err(unexpected("inspect")),

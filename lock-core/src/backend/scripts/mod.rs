@@ -18,10 +18,12 @@ mod abandon;
 mod acquire;
 mod family_abandon;
 mod family_acquire;
+mod family_inspect;
 mod family_release;
 mod family_renew;
 mod force_release;
 mod inspect;
+mod lock_all;
 pub(crate) mod native;
 mod raise_fence;
 mod release;
@@ -43,10 +45,12 @@ pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use family_abandon::family_abandon;
 pub(crate) use family_acquire::family_acquire;
+pub(crate) use family_inspect::family_inspect;
 pub(crate) use family_release::family_release;
 pub(crate) use family_renew::family_renew;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
+pub(crate) use lock_all::lock_all;
 pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub use release::SOURCE as RELEASE_SOURCE;
@@ -61,12 +65,14 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 11] {
+pub(crate) fn all() -> [&'static Script; 13] {
     [
         &family_acquire::SCRIPT,
         &family_release::SCRIPT,
         &family_renew::SCRIPT,
         &family_abandon::SCRIPT,
+        &family_inspect::SCRIPT,
+        &lock_all::SCRIPT,
         &acquire::SCRIPT,
         &release::SCRIPT,
         &renew::SCRIPT,
@@ -190,7 +196,7 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 11] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 13] {
     [
         (
             "family_acquire",
@@ -207,6 +213,12 @@ fn sources() -> [(&'static str, &'static Script, &'static str); 11] {
             "family_abandon",
             &family_abandon::SCRIPT,
             family_abandon::SOURCE,
+        ),
+        ("lock_all", &lock_all::SCRIPT, lock_all::SOURCE),
+        (
+            "family_inspect",
+            &family_inspect::SCRIPT,
+            family_inspect::SOURCE,
         ),
         ("acquire", &acquire::SCRIPT, acquire::SOURCE),
         ("release", &release::SCRIPT, release::SOURCE),

@@ -326,6 +326,7 @@ impl RedlockBackend {
                 ttl: agreeing.iter().map(|i| i.ttl).min().unwrap_or_default(),
                 fence: agreeing.iter().map(|i| i.fence).max().unwrap_or(0),
                 waiters: agreeing.iter().map(|i| i.waiters).max().unwrap_or(0),
+                shared: Vec::new(),
             })
         })
     }
