@@ -14,6 +14,9 @@ use crate::backend::wakeups::Announcement;
 use crate::backend::{Acquired, Attempt, Inspected, LockKeys, Owned, Release, Renewal};
 use crate::error::LockError;
 
+/// A renewal and its place in the watchdog's batch.
+type Indexed<'a> = (usize, &'a Renewal);
+
 impl<T: Topology> RedisBackend<T> {
     /// One attempt at a permit or a rw-lock side (the gate already checked
     /// by the caller, as for a lock).
@@ -128,7 +131,7 @@ impl<T: Topology> RedisBackend<T> {
         &self,
         batch: &[Renewal],
     ) -> Result<Vec<Owned>, LockError> {
-        let (shared, plain): (Vec<(usize, &Renewal)>, Vec<(usize, &Renewal)>) = batch
+        let (shared, plain): (Vec<Indexed<'_>>, Vec<Indexed<'_>>) = batch
             .iter()
             .enumerate()
             .partition(|(_, item)| item.keys.kind.is_shared());
@@ -162,7 +165,7 @@ impl<T: Topology> RedisBackend<T> {
                 }
             }
         }
-        let mut groups: BTreeMap<&str, Vec<(usize, &Renewal)>> = BTreeMap::new();
+        let mut groups: BTreeMap<&str, Vec<Indexed<'_>>> = BTreeMap::new();
         for (at, item) in shared {
             let group = if self.topology.one_slot() {
                 ""
