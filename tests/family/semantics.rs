@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold::{LockClient, LockError, LockKind};
+use leasehold::{LockClient, LockError, LockKind, LostCause};
 
 use crate::fixture::{Fixture, wait_until};
 use crate::on_both_backends;
@@ -22,6 +22,7 @@ on_both_backends!(
     invalid_family_arguments_are_rejected,
     inspect_shows_every_holder,
     reentry_of_a_permit_inside_run,
+    force_release_takes_every_permit,
 );
 
 /// How many wait in line for `key`, as `inspect` sees it (0 when free).
@@ -560,4 +561,33 @@ async fn lock_all_waits_for_a_plain_holder_and_takes_all(fx: Fixture) {
     assert!(a.lock("y:1").try_acquire().await.expect("try").is_none());
     both.release().await.expect("release");
     assert!(a.lock("y:1").try_acquire().await.expect("try").is_some());
+}
+
+/// An operator's release takes every permit: each holder learns why at its
+/// next renewal, and the permits are free again.
+async fn force_release_takes_every_permit(fx: Fixture) {
+    let client = fx.client().await;
+    let take = || {
+        client
+            .semaphore("forced", 2)
+            .ttl(Duration::from_millis(900))
+            .renew(true)
+            .acquire()
+    };
+    let (one, two) = (take().await.expect("free"), take().await.expect("free"));
+    assert!(client.force_release("forced").await.expect("force_release"));
+    for guard in [&one, &two] {
+        tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .expect("the holder learns at its next renewal");
+        assert_eq!(guard.lost_cause(), Some(LostCause::ForceReleased));
+    }
+    assert!(client.inspect("forced").await.expect("inspect").is_none());
+    assert!(!client.force_release("forced").await.expect("force_release"));
+    let again = client
+        .semaphore("forced", 2)
+        .try_acquire()
+        .await
+        .expect("try");
+    assert!(again.is_some());
 }

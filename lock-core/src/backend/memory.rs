@@ -313,6 +313,9 @@ impl MemoryBackend {
 
     fn force_release_now(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
+        if let Some(forced) = self.family_force_release(keys, now) {
+            return forced;
+        }
         let (holder, next) = {
             let mut table = self.table();
             let Some(entry) = table.live(&keys.lock, now) else {

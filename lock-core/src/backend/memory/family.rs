@@ -277,6 +277,38 @@ impl MemoryBackend {
         Inspected::of_family(&keys.key, holders, waiters)
     }
 
+    /// An operator's release of every holder; `None` when `keys` names no
+    /// semaphore or rw lock.
+    pub(super) fn family_force_release(&self, keys: &LockKeys, now: Instant) -> Option<bool> {
+        let next = {
+            let mut table = self.table();
+            let family = table.families.get_mut(&keys.lock)?;
+            family.holders.retain(|h| h.until > now);
+            family.line.retain(|p| p.kept > now);
+            let holders = std::mem::take(&mut family.holders);
+            let next = family.line.front().map(|p| p.token.clone());
+            if family.is_empty() {
+                table.families.remove(&keys.lock);
+            }
+            if holders.is_empty() {
+                return Some(false);
+            }
+            for holder in holders {
+                let until = holder.until.max(now + super::MIN_FORCED_MARKER);
+                table.forced.insert(
+                    forced_name(&keys.lock, &holder.token),
+                    (holder.token, until),
+                );
+            }
+            next
+        };
+        if let Some(next) = next {
+            self.wakeups
+                .announce(&keys.channel, Announcement::Next(&next));
+        }
+        Some(true)
+    }
+
     /// Renew one permit or side (a check only with a zero TTL).
     pub(super) fn family_renew(table: &mut Table, item: &Renewal, now: Instant) -> Owned {
         let held = table.families.get_mut(&item.keys.lock).and_then(|family| {
@@ -292,7 +324,7 @@ impl MemoryBackend {
                 }
                 Owned::Yes
             }
-            None => match table.forced.get(&item.keys.lock) {
+            None => match table.forced.get(&forced_name(&item.keys.lock, &item.token)) {
                 Some((token, until)) if *token == *item.token && *until > now => {
                     Owned::ForceReleased
                 }
@@ -305,4 +337,9 @@ impl MemoryBackend {
 /// Whether `kind` is served by this module.
 pub(super) fn is_family(kind: &Kind) -> bool {
     kind.is_shared()
+}
+
+/// The forced-release marker of `token` on the semaphore or rw lock `lock`.
+fn forced_name(lock: &str, token: &str) -> String {
+    format!("{lock} {token}")
 }

@@ -436,10 +436,20 @@ impl<T: Topology> RedisBackend<T> {
         keys: &LockKeys,
     ) -> Result<Option<String>, LockError> {
         let publish = self.topology.publish();
-        let forced = self
+        let forced = match self
             .call(|mut con| async move { scripts::force_release(&mut con, keys, publish).await })
             .await
-            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        {
+            // Not a string: a semaphore or rw lock (a hash of holders)?
+            Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+                self.call(|mut con| async move {
+                    scripts::family_force_release(&mut con, keys, publish).await
+                })
+                .await
+            }
+            other => other,
+        }
+        .map_err(|e| e.into_lock_error(&self.server, keys))?;
         let Some(holder) = forced.holder else {
             return Ok(None);
         };

@@ -18,6 +18,7 @@ mod abandon;
 mod acquire;
 mod family_abandon;
 mod family_acquire;
+mod family_force_release;
 mod family_inspect;
 mod family_release;
 mod family_renew;
@@ -45,6 +46,7 @@ pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
 pub(crate) use family_abandon::family_abandon;
 pub(crate) use family_acquire::family_acquire;
+pub(crate) use family_force_release::family_force_release;
 pub(crate) use family_inspect::family_inspect;
 pub(crate) use family_release::family_release;
 pub(crate) use family_renew::family_renew;
@@ -65,7 +67,7 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 13] {
+pub(crate) fn all() -> [&'static Script; 14] {
     [
         &family_acquire::SCRIPT,
         &family_release::SCRIPT,
@@ -73,6 +75,7 @@ pub(crate) fn all() -> [&'static Script; 13] {
         &family_abandon::SCRIPT,
         &family_inspect::SCRIPT,
         &lock_all::SCRIPT,
+        &family_force_release::SCRIPT,
         &acquire::SCRIPT,
         &release::SCRIPT,
         &renew::SCRIPT,
@@ -196,7 +199,7 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 13] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 14] {
     [
         (
             "family_acquire",
@@ -215,6 +218,11 @@ fn sources() -> [(&'static str, &'static Script, &'static str); 13] {
             family_abandon::SOURCE,
         ),
         ("lock_all", &lock_all::SCRIPT, lock_all::SOURCE),
+        (
+            "family_force_release",
+            &family_force_release::SCRIPT,
+            family_force_release::SOURCE,
+        ),
         (
             "family_inspect",
             &family_inspect::SCRIPT,
