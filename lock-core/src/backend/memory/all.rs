@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::family::AllKeys;
+use super::super::wakeups::Announcement;
 use super::super::{Acquired, FENCE_MEMORY, LockKeys, Owned, Renewal};
 use super::MemoryBackend;
 use crate::error::LockError;
@@ -43,13 +44,28 @@ impl MemoryBackend {
             }
         }
         if let Some((blocking, sleep)) = blocked {
+            // Leave every other line; where that makes a waiter first of a
+            // free lock, tell it (after the table is let go).
+            let mut told = Vec::new();
             for keys in &all.keys {
-                if keys.lock != blocking.lock {
-                    table.leave_line(&keys.line, token);
+                if keys.lock == blocking.lock {
+                    continue;
+                }
+                let was_first = table.head(&keys.line, now).is_some_and(|(t, _)| t == token);
+                if table.leave_line(&keys.line, token)
+                    && was_first
+                    && table.live(&keys.lock, now).is_none()
+                    && let Some((next, _)) = table.head(&keys.line, now)
+                {
+                    told.push((keys.channel.clone(), next));
                 }
             }
             if in_line {
                 table.wait_in_line(&blocking.line, token, now, sleep);
+            }
+            drop(table);
+            for (channel, next) in told {
+                self.wakeups.announce(&channel, Announcement::Next(&next));
             }
             return Ok(Acquired::Busy {
                 expires_in: Some(sleep),
