@@ -14,8 +14,9 @@
 //! curl -X POST localhost:3001/transfer/1/2/500 & curl -X POST localhost:3001/transfer/2/1/300
 //! ```
 //!
-//! On Redis Cluster the keys of one transfer must share a slot: name them
-//! with a common hash tag, e.g. `acct:{bank}:<from>` (see docs/recipes.md).
+//! On Redis Cluster the two keys usually live in different slots: they are
+//! then taken one by one in sorted order and given back if one is busy (see
+//! docs/recipes.md).
 //! Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`); without one it
 //! says so and runs in memory. Listens on `127.0.0.1:PORT` (default 3001).
 

@@ -236,10 +236,15 @@ impl LockClient {
     /// [`fencing_token`](crate::LockGuard::fencing_token) are those of the
     /// first key in sorted order;
     /// [`fencing_token_of`](crate::LockGuard::fencing_token_of) gives each
-    /// key's. An empty list is [`LockError::InvalidArgument`]. On Redis
-    /// Cluster every key must be in one slot: give them a common hash tag
-    /// (`acct:{7}:1` and `acct:{7}:2` share the tag `7`) — keys in several
-    /// slots are [`LockError::InvalidArgument`]. Not available on Redlock.
+    /// key's. An empty list is [`LockError::InvalidArgument`]. Not
+    /// available on Redlock.
+    ///
+    /// On one server (and Sentinel) one script takes them all at once. On
+    /// Redis Cluster each key is its own hash tag, so keys usually live in
+    /// different slots and no script can span them: they are then taken one
+    /// by one in sorted order, and every one taken is given back as soon as
+    /// one is busy (nothing is held while waiting, so no deadlock; a plain
+    /// lock of one key may find it taken for that moment).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -119,4 +119,30 @@ async fn cluster_semaphore_and_rw_lock() {
     assert!(rw.write().try_acquire().await.unwrap().is_none());
     r.release().await.unwrap();
     rw.write().acquire().await.unwrap().release().await.unwrap();
+
+    // lock_all across slots: taken key by key in sorted order, given back
+    // when one is busy; renewed as one lease; opposite orders both finish.
+    let both = client
+        .lock_all(["acct:b", "acct:a", "acct:c"])
+        .renew(true)
+        .ttl(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(client.lock("acct:c").try_acquire().await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(both.is_held());
+    let other = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let opposite = tokio::spawn(async move {
+        other
+            .lock_all(["acct:c", "acct:a"])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    both.release().await.unwrap();
+    let got = opposite.await.unwrap().unwrap();
+    assert!(got.fencing_token_of("acct:c").is_some());
+    got.release().await.unwrap();
+    assert!(client.lock("acct:a").try_acquire().await.unwrap().is_some());
 }

@@ -35,7 +35,8 @@
 //! permit), so a chain of waiters is woken one message each, without
 //! polling.
 //!
-//! The keys of `lock_all` are plain locks (see `scripts/lock_all.lua`).
+//! The keys of `lock_all` are plain locks (see `scripts/lock_all.lua`); on
+//! Cluster, where they span slots, `redis/family.rs` takes them one by one.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::join_all;
 
@@ -61,25 +62,46 @@ impl<T: Topology> RedisBackend<T> {
             .map_err(|e| e.into_lock_error(&self.server, keys))
     }
 
-    /// `lock_all` on Cluster: every key in one slot, else refused (a script
-    /// cannot span slots).
-    pub(super) fn check_one_slot(&self, keys: &LockKeys) -> Result<(), LockError> {
-        let Kind::All(all) = &keys.kind else {
-            return Ok(());
-        };
+    /// One attempt of a `lock_all`: one script when its keys share a slot
+    /// (always on one server), else key by key (Cluster): each taken in
+    /// sorted order by the lock's own script, and every one taken given back
+    /// as soon as one is busy, so that nothing is held while waiting; the
+    /// caller keeps a place only in the busy key's line.
+    pub(super) async fn lock_all_attempt(
+        &self,
+        con: &mut T::Conn,
+        all: &AllKeys,
+        token: &str,
+        ttl: Duration,
+        in_line: bool,
+    ) -> Result<Acquired, ScriptError> {
+        let publish = self.topology.publish();
         let names: Vec<&str> = all.keys.iter().map(|k| k.lock.as_str()).collect();
         if self.topology.same_slot(&names) {
-            return Ok(());
+            return scripts::lock_all(con, all, token, ttl, in_line, publish).await;
         }
-        Err(LockError::invalid(
-            "keys",
-            format!(
-                "lock_all on Redis Cluster takes keys of one hash slot only, and these are in \
-                 several: give them a common hash tag in braces (`acct:{{7}}:1`, `acct:{{7}}:2`) \
-                 ({})",
-                self.server
-            ),
-        ))
+        let mut fences = Vec::with_capacity(all.keys.len());
+        for (at, keys) in all.keys.iter().enumerate() {
+            let taken = scripts::acquire(con, keys, token, ttl, in_line, None).await;
+            match taken {
+                Ok(Acquired::Yes { fence }) => fences.push(fence),
+                busy_or_failed => {
+                    // Give back what this attempt took, and leave every
+                    // other line (a place kept there would hold it up).
+                    for (other, keys) in all.keys.iter().enumerate() {
+                        if other != at || busy_or_failed.is_err() {
+                            if let Err(e) = scripts::abandon(con, keys, token, publish).await {
+                                tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
+                            }
+                        }
+                    }
+                    return busy_or_failed;
+                }
+            }
+        }
+        let first = fences.first().copied().unwrap_or(0);
+        all.granted(fences);
+        Ok(Acquired::Yes { fence: first })
     }
 
     /// Give back every lock of a `lock_all`, each as a plain release would

@@ -482,7 +482,6 @@ impl<T: Topology> Backend for RedisBackend<T> {
         let fence_floor = attempt.fence_floor;
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
-            self.check_one_slot(keys)?;
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
             }
@@ -499,8 +498,9 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     return self.family_attempt(&mut con, attempt).await;
                 }
                 if let super::family::Kind::All(all) = &keys.kind {
-                    let publish = self.topology.publish();
-                    return scripts::lock_all(&mut con, all, token, ttl, in_line, publish).await;
+                    return self
+                        .lock_all_attempt(&mut con, all, token, ttl, in_line)
+                        .await;
                 }
                 scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor).await
             };
