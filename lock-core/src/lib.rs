@@ -67,6 +67,12 @@
 //! The braces make `K` the hash tag, so all of them live in one cluster
 //! slot; lock keys may not contain `}`.
 //!
+//! A semaphore ([`LockClient::semaphore`]) or read-write lock ([`RwLock`])
+//! uses the same names, but `P{K}:lock` is a hash of its holders (owner
+//! token → kind, lease end, fencing token), so that the same key used as a
+//! plain lock is a `WRONGTYPE`; its waiters keep their kind in `P{K}:places`.
+//! [`LockClient::lock_all`] writes each of its keys exactly as a lock.
+//!
 //! # Code map
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →

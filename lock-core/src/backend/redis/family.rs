@@ -89,10 +89,10 @@ impl<T: Topology> RedisBackend<T> {
                     // Give back what this attempt took, and leave every
                     // other line (a place kept there would hold it up).
                     for (other, keys) in all.keys.iter().enumerate() {
-                        if other != at || busy_or_failed.is_err() {
-                            if let Err(e) = scripts::abandon(con, keys, token, publish).await {
-                                tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
-                            }
+                        if (other != at || busy_or_failed.is_err())
+                            && let Err(e) = scripts::abandon(con, keys, token, publish).await
+                        {
+                            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
                         }
                     }
                     return busy_or_failed;
