@@ -146,3 +146,32 @@ async fn cluster_semaphore_and_rw_lock() {
     got.release().await.unwrap();
     assert!(client.lock("acct:a").try_acquire().await.unwrap().is_some());
 }
+
+/// A server restart without persistence loses the permits held there: each
+/// holder is told at once (`Restarted`), not at its next renewal, and the
+/// restarted server does not grant the semaphore to another client of the
+/// same process unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_loses_the_permits_held_there() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let permit = client
+        .semaphore("restart", 2)
+        .ttl(Duration::from_secs(30))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+    // Any command makes the client reconnect and notice the new run_id.
+    for _ in 0..20 {
+        if client.lock("restart-probe").try_acquire().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(8), permit.lost())
+        .await
+        .expect("the permit is reported lost well before its next renewal");
+    assert_eq!(permit.lost_cause(), Some(leasehold::LostCause::Restarted));
+}
