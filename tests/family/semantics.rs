@@ -23,6 +23,7 @@ on_both_backends!(
     inspect_shows_every_holder,
     reentry_of_a_permit_inside_run,
     force_release_takes_every_permit,
+    at_least_keeps_a_permit_after_release,
 );
 
 /// How many wait in line for `key`, as `inspect` sees it (0 when free).
@@ -590,4 +591,30 @@ async fn force_release_takes_every_permit(fx: Fixture) {
         .await
         .expect("try");
     assert!(again.is_some());
+}
+
+/// `at_least`: a released permit stays taken until then, then returns.
+async fn at_least_keeps_a_permit_after_release(fx: Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let permit = a
+        .semaphore("kept", 1)
+        .at_least(Duration::from_millis(700))
+        .acquire()
+        .await
+        .expect("free");
+    permit.release().await.expect("release");
+    assert!(
+        b.semaphore("kept", 1)
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none()
+    );
+    let later = b
+        .semaphore("kept", 1)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free once at_least has passed");
+    later.release().await.expect("release");
 }

@@ -69,6 +69,7 @@ impl Table {
             self.locks.retain(|_, e| e.expires_at > now);
             self.fences.retain(|_, (_, forget_at)| *forget_at > now);
             self.forced.retain(|_, (_, until)| *until > now);
+            self.families.retain(|_, family| family.expire(now));
             self.lines.retain(|_, line| {
                 line.retain(|(_, kept)| *kept > now);
                 !line.is_empty()

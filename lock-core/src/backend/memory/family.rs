@@ -53,6 +53,13 @@ impl Family {
             || self.line.iter().any(|p| !same_family(p.letter, letter))
     }
 
+    /// Drop expired holders and lapsed places; whether anything is left.
+    pub(super) fn expire(&mut self, now: Instant) -> bool {
+        self.holders.retain(|h| h.until > now);
+        self.line.retain(|p| p.kept > now);
+        !self.is_empty()
+    }
+
     fn is_empty(&self) -> bool {
         self.holders.is_empty() && self.line.is_empty()
     }
