@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold::{LockClient, LockError};
 
-use crate::support::{RedisCluster, RedisServer};
+use crate::support::{MASTER_NAME, RedisCluster, RedisServer, SentinelSet};
 
 /// A semaphore's holders live in one hash at the lock's own name, with an
 /// expiry; the line and places next to it; all gone after the release.
@@ -174,4 +174,41 @@ async fn a_restart_loses_the_permits_held_there() {
         .await
         .expect("the permit is reported lost well before its next renewal");
     assert_eq!(permit.lost_cause(), Some(leasehold::LostCause::Restarted));
+}
+
+/// On Sentinel: a semaphore, a rw lock and lock_all through the primary the
+/// sentinels name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_family() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .expect("harness thread");
+    let urls = set.sentinel_urls();
+    let client = LockClient::connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .unwrap();
+    let one = client.semaphore("s-sem", 1).acquire().await.unwrap();
+    assert!(
+        client
+            .semaphore("s-sem", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    one.release().await.unwrap();
+    let r = client.rw_lock("s-doc").read().acquire().await.unwrap();
+    assert!(
+        client
+            .rw_lock("s-doc")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    r.release().await.unwrap();
+    let both = client.lock_all(["s:1", "s:2"]).acquire().await.unwrap();
+    assert!(client.lock("s:2").try_acquire().await.unwrap().is_none());
+    both.release().await.unwrap();
 }
