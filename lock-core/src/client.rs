@@ -236,8 +236,11 @@ impl LockClient {
     /// [`fencing_token`](crate::LockGuard::fencing_token) are those of the
     /// first key in sorted order;
     /// [`fencing_token_of`](crate::LockGuard::fencing_token_of) gives each
-    /// key's. An empty list is [`LockError::InvalidArgument`]. Not
-    /// available on Redlock.
+    /// key's. Inside the body of its [`run`](LockRequest::run) (or of a
+    /// `#[distributed_lock(keys = [...])]` function), [`lock`](Self::lock)
+    /// of one of its keys re-enters at once, with that key's token. An
+    /// empty list is [`LockError::InvalidArgument`]. Not available on
+    /// Redlock.
     ///
     /// On one server (and Sentinel) one script takes them all at once. On
     /// Redis Cluster each key is its own hash tag, so keys usually live in

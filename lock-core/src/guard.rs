@@ -39,6 +39,9 @@ pub struct LockGuard {
     lease: Arc<Lease>,
     /// Set by `release`, so that `drop` does not release the lease twice.
     released: bool,
+    /// A lock re-entered inside the body of a `lock_all` that holds it:
+    /// the key this guard stands for (its key and fencing token).
+    within: Option<String>,
 }
 
 impl LockGuard {
@@ -47,6 +50,16 @@ impl LockGuard {
         LockGuard {
             lease,
             released: false,
+            within: None,
+        }
+    }
+
+    /// A re-entry of `key`, one of the keys of the `lock_all` lease `lease`.
+    pub(crate) fn within(lease: Arc<Lease>, key: String) -> LockGuard {
+        LockGuard {
+            lease,
+            released: false,
+            within: Some(key),
         }
     }
 
@@ -56,7 +69,7 @@ impl LockGuard {
 
     /// The key, as given to [`LockClient::lock`](crate::LockClient::lock) (without the prefix).
     pub fn key(&self) -> &str {
-        &self.lease.keys.key
+        self.within.as_deref().unwrap_or(&self.lease.keys.key)
     }
 
     /// The fencing token: strictly greater than the token of every earlier
@@ -67,7 +80,10 @@ impl LockGuard {
     /// successor's work. Re-entries see the token of the outermost
     /// acquisition.
     pub fn fencing_token(&self) -> u64 {
-        self.lease.fence
+        match &self.within {
+            Some(key) => self.fencing_token_of(key).unwrap_or(self.lease.fence),
+            None => self.lease.fence,
+        }
     }
 
     /// The fencing token of `key` in this guard: for a

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use crate::backend::LockKeys;
+use crate::backend::family::Kind;
 use crate::lease::Lease;
 
 tokio::task_local! {
@@ -32,12 +33,7 @@ pub(crate) fn find(client_id: u64, keys: &LockKeys) -> Option<Arc<Lease>> {
             .iter()
             .rev()
             .filter_map(Weak::upgrade)
-            .find(|lease| {
-                lease.client_id() == client_id
-                    && lease.keys.key == keys.key
-                    && lease.keys.kind == keys.kind
-                    && lease.is_held()
-            })
+            .find(|lease| lease.client_id() == client_id && lease.is_held() && holds(lease, keys))
     })
     .ok()
     .flatten()
@@ -102,4 +98,16 @@ pub fn fencing_token() -> Option<u64> {
     })
     .ok()
     .flatten()
+}
+
+/// Whether `lease` holds what `keys` names: the same primitive of the same
+/// key, or a plain lock that is one of the keys of a `lock_all` lease.
+fn holds(lease: &Lease, keys: &LockKeys) -> bool {
+    if lease.keys.key == keys.key && lease.keys.kind == keys.kind {
+        return true;
+    }
+    match (&lease.keys.kind, &keys.kind) {
+        (Kind::All(all), Kind::Lock) => all.keys.iter().any(|k| k.key == keys.key),
+        _ => false,
+    }
 }

@@ -211,6 +211,10 @@ impl LockRequest {
         if let Some(lease) = reentrancy::find(self.client.settings.id, &keys) {
             lease.enter();
             observed.reentered();
+            if lease.keys.kind != keys.kind {
+                // One key of an enclosing `lock_all`.
+                return Ok(LockGuard::within(lease, self.key.clone()));
+            }
             return Ok(LockGuard::new(lease));
         }
 

@@ -24,6 +24,7 @@ on_both_backends!(
     reentry_of_a_permit_inside_run,
     force_release_takes_every_permit,
     at_least_keeps_a_permit_after_release,
+    a_key_of_lock_all_is_reentered_inside_its_body,
 );
 
 /// How many wait in line for `key`, as `inspect` sees it (0 when free).
@@ -617,4 +618,40 @@ async fn at_least_keeps_a_permit_after_release(fx: Fixture) {
         .await
         .expect("free once at_least has passed");
     later.release().await.expect("release");
+}
+
+/// Inside the body of a `lock_all`, a plain lock of one of its keys
+/// re-enters (no deadlock with itself), with that key's token; only the
+/// outer release gives the keys back.
+async fn a_key_of_lock_all_is_reentered_inside_its_body(fx: Fixture) {
+    let (a, b) = (fx.client().await, fx.client().await);
+    let inner = a.clone();
+    let other = b.clone();
+    let outer = a
+        .lock_all(["re:1", "re:2"])
+        .run(async move {
+            let two = inner
+                .lock("re:2")
+                .try_acquire()
+                .await
+                .expect("try")
+                .expect("re-entered at once");
+            assert_eq!(two.key(), "re:2");
+            let token = two.fencing_token();
+            two.release().await.expect("inner release");
+            // Still held by the outer body.
+            assert!(
+                other
+                    .lock("re:2")
+                    .try_acquire()
+                    .await
+                    .expect("try")
+                    .is_none()
+            );
+            token
+        })
+        .await
+        .expect("run");
+    assert!(outer > 0);
+    assert!(b.lock("re:2").try_acquire().await.expect("try").is_some());
 }
