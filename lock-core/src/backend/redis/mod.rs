@@ -597,7 +597,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
         Box::pin(async move {
             let owned = if batch
                 .iter()
-                .any(|item| item.keys.kind != super::family::Kind::Lock)
+                .any(|item| !matches!(item.keys.kind, super::family::Kind::Lock))
             {
                 self.renew_with_family(batch).await?
             } else {
