@@ -2,18 +2,51 @@
 
 use std::time::Duration;
 
-use leasehold::LockInfo;
+use leasehold::{LockInfo, LockKind};
 
 /// The JSON object of one lock: `key`, `holder`, `ttl_ms`, `fencing_token`,
-/// `waiters`.
+/// `waiters`, `kind` (`lock`, `semaphore`, `read`, `write`) and `holders`
+/// (each with `holder`, `ttl_ms`, `fencing_token`).
 pub fn info_json(info: &LockInfo) -> serde_json::Value {
+    let holders: Vec<serde_json::Value> = info
+        .holders
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "holder": h.holder,
+                "ttl_ms": u64::try_from(h.ttl.as_millis()).unwrap_or(u64::MAX),
+                "fencing_token": h.fencing_token,
+            })
+        })
+        .collect();
     serde_json::json!({
         "key": info.key,
         "holder": info.holder,
         "ttl_ms": u64::try_from(info.ttl.as_millis()).unwrap_or(u64::MAX),
         "fencing_token": info.fencing_token,
         "waiters": info.waiters,
+        "kind": kind(info),
+        "holders": holders,
     })
+}
+
+/// `lock`, `semaphore`, `read` or `write`.
+pub fn kind(info: &LockInfo) -> &'static str {
+    match info.kind {
+        LockKind::Semaphore => "semaphore",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        _ => "lock",
+    }
+}
+
+/// The holder column: the name, and how many more hold it (a semaphore's
+/// permits, read shares).
+fn holder_cell(info: &LockInfo) -> String {
+    match info.holders.len() {
+        0 | 1 => info.holder.clone(),
+        n => format!("{} (+{} more)", info.holder, n - 1),
+    }
 }
 
 /// `12.3s`, `4m 05s`, `2h 00m`.
@@ -36,7 +69,7 @@ pub fn table(infos: &[LockInfo]) -> String {
         .map(|info| {
             [
                 info.key.clone(),
-                info.holder.clone(),
+                holder_cell(info),
                 ttl(info.ttl),
                 info.fencing_token.to_string(),
                 info.waiters.to_string(),
@@ -67,16 +100,29 @@ pub fn table(infos: &[LockInfo]) -> String {
     out
 }
 
-/// The detail view of `show`.
+/// The detail view of `show`; a semaphore or rw lock also shows its kind
+/// and every holder.
 pub fn info_text(info: &LockInfo) -> String {
-    format!(
+    let mut text = format!(
         "key:            {}\nholder:         {}\nttl:            {}\nfencing token:  {}\nwaiters:        {}\n",
         info.key,
         info.holder,
         ttl(info.ttl),
         info.fencing_token,
         info.waiters
-    )
+    );
+    if info.kind != LockKind::Lock {
+        text.push_str(&format!("kind:           {}\n", kind(info)));
+        for h in &info.holders {
+            text.push_str(&format!(
+                "  held by {}  ttl {}  fencing token {}\n",
+                h.holder,
+                ttl(h.ttl),
+                h.fencing_token
+            ));
+        }
+    }
+    text
 }
 
 /// One refresh of `watch`.

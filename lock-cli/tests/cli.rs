@@ -180,9 +180,40 @@ async fn json_output_names_fields_like_lock_info() {
     fields.sort_unstable();
     assert_eq!(
         fields,
-        ["fencing_token", "holder", "key", "ttl_ms", "waiters"]
+        [
+            "fencing_token",
+            "holder",
+            "holders",
+            "key",
+            "kind",
+            "ttl_ms",
+            "waiters"
+        ]
     );
     assert_eq!(shown["fencing_token"], guard.fencing_token());
+    assert_eq!(shown["kind"], "lock");
+    assert_eq!(shown["holders"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_a_semaphore_with_every_holder() {
+    let server = start().await;
+    let client = named(&server, "billing-worker-3").await;
+    let one = client.semaphore("partner-api", 3).acquire().await.unwrap();
+    let two = client.semaphore("partner-api", 3).acquire().await.unwrap();
+    let url = server.url();
+    let out = leasehold(&["--json", "--url", &url, "show", "partner-api"]);
+    assert_eq!(code(&out), 0);
+    let shown = json(&out);
+    assert_eq!(shown["kind"], "semaphore");
+    let holders = shown["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().all(|h| h["holder"] == "billing-worker-3"));
+    assert_eq!(shown["fencing_token"], two.fencing_token());
+    let out = leasehold(&["--url", &url, "show", "partner-api"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("kind:           semaphore"), "{text}");
+    drop((one, two));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

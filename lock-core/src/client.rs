@@ -7,7 +7,8 @@ use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
-use crate::info::LockInfo;
+use crate::family::{RwLock, Shape, sorted_keys};
+use crate::info::{Holder, LockInfo, LockKind};
 use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
 use crate::watchdog::Watchdog;
@@ -180,6 +181,94 @@ impl LockClient {
         LockRequest::new(self.shared.clone(), key.into())
     }
 
+    /// A request for one permit of the counting semaphore `key`: at most
+    /// `permits` holders at once, across every client and instance.
+    /// `permits` must be at least 1 (else the acquisition fails with
+    /// [`LockError::InvalidArgument`]); every user of one semaphore should
+    /// name the same count.
+    ///
+    /// The guard is the usual [`LockGuard`](crate::LockGuard): a permit is a
+    /// lease (a crashed holder's permit returns at its TTL), renewed by the
+    /// watchdog with `renew(true)`, with a fencing token that increases per
+    /// grant. Waiters are served first come, first served: a newcomer never
+    /// takes a permit before a waiter. The same key used as a plain lock or
+    /// a rw lock is [`LockError::WrongType`]. Not available on Redlock
+    /// ([`LockError::InvalidArgument`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// use std::time::Duration;
+    /// let client = leasehold_core::LockClient::in_memory();
+    /// let one = client.semaphore("partner-api:doc", 2).acquire().await?;
+    /// let two = client.semaphore("partner-api:doc", 2).acquire().await?;
+    /// assert!(client.semaphore("partner-api:doc", 2).try_acquire().await?.is_none());
+    /// one.release().await?;
+    /// let three = client
+    ///     .semaphore("partner-api:doc", 2)
+    ///     .wait(Duration::from_secs(1))
+    ///     .acquire()
+    ///     .await?;
+    /// # two.release().await?; three.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::shaped(self.shared.clone(), key.into(), Shape::Semaphore(permits))
+    }
+
+    /// The read-write lock `key`: a cheap handle whose
+    /// [`read`](RwLock::read) and [`write`](RwLock::write) give the usual
+    /// [`LockRequest`]. Many readers at once, or one writer; a waiting
+    /// writer is not overtaken by readers that come after it. The same key
+    /// used as a plain lock or a semaphore is [`LockError::WrongType`]. Not
+    /// available on Redlock ([`LockError::InvalidArgument`]).
+    pub fn rw_lock(&self, key: impl Into<String>) -> RwLock {
+        RwLock::new(self.shared.clone(), key.into())
+    }
+
+    /// A request for every one of the lock keys `keys` at once, or none:
+    /// sorted and deduplicated, so two callers that name the same keys in
+    /// opposite orders never deadlock. These are ordinary lock keys:
+    /// [`lock`](Self::lock) of one of them waits while a `lock_all` holds
+    /// it, and the other way round.
+    ///
+    /// The guard's [`key`](crate::LockGuard::key) and
+    /// [`fencing_token`](crate::LockGuard::fencing_token) are those of the
+    /// first key in sorted order;
+    /// [`fencing_token_of`](crate::LockGuard::fencing_token_of) gives each
+    /// key's. Inside the body of its [`run`](LockRequest::run) (or of a
+    /// `#[distributed_lock(keys = [...])]` function), [`lock`](Self::lock)
+    /// of one of its keys re-enters at once, with that key's token. An
+    /// empty list is [`LockError::InvalidArgument`]. Not available on
+    /// Redlock.
+    ///
+    /// On one server (and Sentinel) one script takes them all at once. On
+    /// Redis Cluster each key is its own hash tag, so keys usually live in
+    /// different slots and no script can span them: they are then taken one
+    /// by one in sorted order, and every one taken is given back as soon as
+    /// one is busy (nothing is held while waiting, so no deadlock; a plain
+    /// lock of one key may find it taken for that moment).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// let client = leasehold_core::LockClient::in_memory();
+    /// let both = client.lock_all(["acct:2", "acct:1"]).acquire().await?;
+    /// assert_eq!(both.key(), "acct:1");
+    /// assert!(client.lock("acct:2").try_acquire().await?.is_none());
+    /// # both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<I, S>(&self, keys: I) -> LockRequest
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let keys = sorted_keys(keys);
+        let first = keys.first().cloned().unwrap_or_default();
+        LockRequest::shaped(self.shared.clone(), first, Shape::All(keys))
+    }
+
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
         &self.shared.settings.prefix
@@ -340,13 +429,27 @@ impl LockClient {
 }
 
 fn into_info(found: Inspected) -> LockInfo {
-    LockInfo::new(
+    let info = LockInfo::new(
         found.key,
         &found.token,
         found.ttl,
         found.fence,
         found.waiters,
-    )
+    );
+    let Some(first) = found.shared.first() else {
+        return info;
+    };
+    let kind = match first.letter {
+        's' => LockKind::Semaphore,
+        _ if found.shared.iter().any(|h| h.letter == 'w') => LockKind::Write,
+        _ => LockKind::Read,
+    };
+    let holders = found
+        .shared
+        .iter()
+        .map(|h| Holder::new(&h.token, h.ttl, h.fence))
+        .collect();
+    info.with_holders(kind, holders)
 }
 
 impl std::fmt::Debug for LockClient {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::family::Kind;
 use crate::error::{LockError, LostCause};
 use crate::lease::Lease;
 
@@ -38,6 +39,9 @@ pub struct LockGuard {
     lease: Arc<Lease>,
     /// Set by `release`, so that `drop` does not release the lease twice.
     released: bool,
+    /// A lock re-entered inside the body of a `lock_all` that holds it:
+    /// the key this guard stands for (its key and fencing token).
+    within: Option<String>,
 }
 
 impl LockGuard {
@@ -46,6 +50,16 @@ impl LockGuard {
         LockGuard {
             lease,
             released: false,
+            within: None,
+        }
+    }
+
+    /// A re-entry of `key`, one of the keys of the `lock_all` lease `lease`.
+    pub(crate) fn within(lease: Arc<Lease>, key: String) -> LockGuard {
+        LockGuard {
+            lease,
+            released: false,
+            within: Some(key),
         }
     }
 
@@ -55,7 +69,7 @@ impl LockGuard {
 
     /// The key, as given to [`LockClient::lock`](crate::LockClient::lock) (without the prefix).
     pub fn key(&self) -> &str {
-        &self.lease.keys.key
+        self.within.as_deref().unwrap_or(&self.lease.keys.key)
     }
 
     /// The fencing token: strictly greater than the token of every earlier
@@ -66,7 +80,34 @@ impl LockGuard {
     /// successor's work. Re-entries see the token of the outermost
     /// acquisition.
     pub fn fencing_token(&self) -> u64 {
-        self.lease.fence
+        match &self.within {
+            Some(key) => self.fencing_token_of(key).unwrap_or(self.lease.fence),
+            None => self.lease.fence,
+        }
+    }
+
+    /// The fencing token of `key` in this guard: for a
+    /// [`lock_all`](crate::LockClient::lock_all) guard, the token each of
+    /// its keys was granted with (its [`fencing_token`](Self::fencing_token)
+    /// is the first sorted key's); for any other guard, its token when
+    /// `key` is its key. `None` for a key it does not hold.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// let client = leasehold_core::LockClient::in_memory();
+    /// let both = client.lock_all(["acct:doc-b", "acct:doc-a"]).acquire().await?;
+    /// assert_eq!(both.fencing_token_of("acct:doc-a"), Some(both.fencing_token()));
+    /// assert!(both.fencing_token_of("acct:doc-b").is_some());
+    /// assert_eq!(both.fencing_token_of("acct:doc-c"), None);
+    /// # both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token_of(&self, key: &str) -> Option<u64> {
+        match &self.lease.keys.kind {
+            Kind::All(all) => all.fence_of(key),
+            _ => (self.lease.keys.key == key).then_some(self.lease.fence),
+        }
     }
 
     /// `true` while the lease is ours: not released, not refused at renewal,

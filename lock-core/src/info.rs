@@ -48,6 +48,50 @@ pub struct LockInfo {
     pub fencing_token: u64,
     /// Tasks in line for it, across clients (Redlock keeps no line: 0).
     pub waiters: usize,
+    /// What is held: a lock, semaphore permits, read shares or a writer.
+    /// For a semaphore or rw lock, `holder`, `ttl` and `fencing_token`
+    /// above are those of the latest grant (the highest fencing token).
+    pub kind: LockKind,
+    /// Every holder (one for a lock or writer; each permit of a semaphore,
+    /// each read share).
+    pub holders: Vec<Holder>,
+}
+
+/// What a [`LockInfo`] shows is held.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// An exclusive lock ([`LockClient::lock`](crate::LockClient::lock),
+    /// or one key of [`LockClient::lock_all`](crate::LockClient::lock_all)).
+    Lock,
+    /// Permits of a counting semaphore ([`LockClient::semaphore`](crate::LockClient::semaphore)).
+    Semaphore,
+    /// Read shares of a read-write lock ([`RwLock::read`](crate::RwLock::read)).
+    Read,
+    /// The write side of a read-write lock ([`RwLock::write`](crate::RwLock::write)).
+    Write,
+}
+
+/// One holder of a lock, permit or share, in a [`LockInfo`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holding client's name.
+    pub holder: String,
+    /// The lease time left.
+    pub ttl: Duration,
+    /// The holder's fencing token.
+    pub fencing_token: u64,
+}
+
+impl Holder {
+    pub(crate) fn new(owner_token: &str, ttl: Duration, fencing_token: u64) -> Holder {
+        Holder {
+            holder: holder_name(owner_token).to_owned(),
+            ttl,
+            fencing_token,
+        }
+    }
 }
 
 impl LockInfo {
@@ -65,7 +109,16 @@ impl LockInfo {
             ttl,
             fencing_token,
             waiters,
+            kind: LockKind::Lock,
+            holders: vec![Holder::new(owner_token, ttl, fencing_token)],
         }
+    }
+
+    /// The same, for a semaphore or rw lock of `kind` with these holders.
+    pub(crate) fn with_holders(mut self, kind: LockKind, holders: Vec<Holder>) -> LockInfo {
+        self.kind = kind;
+        self.holders = holders;
+        self
     }
 }
 

@@ -96,7 +96,9 @@ impl Lease {
         acquired_at: Instant,
     ) -> Arc<Lease> {
         let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label, acquired_at);
-        let recorded = !issuer.backend.records_lazily();
+        // Plain locks only: the family's scripts write their tokens.
+        let recorded = !issuer.backend.records_lazily()
+            || !matches!(keys.kind, crate::backend::family::Kind::Lock);
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,

@@ -67,6 +67,12 @@
 //! The braces make `K` the hash tag, so all of them live in one cluster
 //! slot; lock keys may not contain `}`.
 //!
+//! A semaphore ([`LockClient::semaphore`]) or read-write lock ([`RwLock`])
+//! uses the same names, but `P{K}:lock` is a hash of its holders (owner
+//! token → kind, lease end, fencing token), so that the same key used as a
+//! plain lock is a `WRONGTYPE`; its waiters keep their kind in `P{K}:places`.
+//! [`LockClient::lock_all`] writes each of its keys exactly as a lock.
+//!
 //! # Code map
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →
@@ -85,6 +91,7 @@ mod client;
 mod config;
 mod error;
 mod fallback;
+mod family;
 mod global;
 mod guard;
 mod info;
@@ -106,9 +113,10 @@ pub use client::{LockClient, LockClientBuilder};
 pub use config::DEFAULT_PREFIX;
 pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
+pub use family::RwLock;
 pub use global::set_global_client;
 pub use guard::LockGuard;
-pub use info::LockInfo;
+pub use info::{Holder, LockInfo, LockKind};
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrancy::fencing_token;
 pub use request::LockRequest;

@@ -16,6 +16,8 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
+use crate::backend::LockKeys;
+use crate::backend::family::Kind;
 use crate::lease::Lease;
 
 tokio::task_local! {
@@ -25,15 +27,13 @@ tokio::task_local! {
 
 /// The lease the current `run` scope holds on `key` through client
 /// `client_id`, if still held (a lost lease is not re-entered).
-pub(crate) fn find(client_id: u64, key: &str) -> Option<Arc<Lease>> {
+pub(crate) fn find(client_id: u64, keys: &LockKeys) -> Option<Arc<Lease>> {
     HELD.try_with(|held| {
         held.borrow()
             .iter()
             .rev()
             .filter_map(Weak::upgrade)
-            .find(|lease| {
-                lease.client_id() == client_id && lease.keys.key == key && lease.is_held()
-            })
+            .find(|lease| lease.client_id() == client_id && lease.is_held() && holds(lease, keys))
     })
     .ok()
     .flatten()
@@ -98,4 +98,16 @@ pub fn fencing_token() -> Option<u64> {
     })
     .ok()
     .flatten()
+}
+
+/// Whether `lease` holds what `keys` names: the same primitive of the same
+/// key, or a plain lock that is one of the keys of a `lock_all` lease.
+fn holds(lease: &Lease, keys: &LockKeys) -> bool {
+    if lease.keys.key == keys.key && lease.keys.kind == keys.kind {
+        return true;
+    }
+    match (&lease.keys.kind, &keys.kind) {
+        (Kind::All(all), Kind::Lock) => all.keys.iter().any(|k| k.key == keys.key),
+        _ => false,
+    }
 }

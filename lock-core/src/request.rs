@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientSettings;
 use crate::error::LockError;
+use crate::family::Shape;
 use crate::guard::LockGuard;
 use crate::lease::{Issuer, Lease, LeaseSettings};
 use crate::limits::{MAX_WAIT, validate_key, validate_span, validate_ttl};
@@ -64,6 +65,8 @@ pub struct LockRequest {
     at_least: Option<Duration>,
     max_hold: Option<Duration>,
     replicas: usize,
+    /// A lock, a semaphore permit, a rw-lock side, or several locks.
+    shape: Shape,
 }
 
 impl std::fmt::Debug for LockRequest {
@@ -76,12 +79,18 @@ impl std::fmt::Debug for LockRequest {
             .field("at_least", &self.at_least)
             .field("max_hold", &self.max_hold)
             .field("replicas", &self.replicas)
+            .field("shape", &self.shape)
             .finish()
     }
 }
 
 impl LockRequest {
     pub(crate) fn new(client: Arc<Shared>, key: String) -> LockRequest {
+        LockRequest::shaped(client, key, Shape::Lock)
+    }
+
+    /// A request for `key` (the first sorted key of `lock_all`) of `shape`.
+    pub(crate) fn shaped(client: Arc<Shared>, key: String, shape: Shape) -> LockRequest {
         let ttl = client.settings.default_ttl;
         let replicas = client.settings.replica_sync.replicas;
         LockRequest {
@@ -93,6 +102,7 @@ impl LockRequest {
             at_least: None,
             max_hold: None,
             replicas,
+            shape,
         }
     }
 
@@ -185,6 +195,7 @@ impl LockRequest {
 
     /// [`acquire`](Self::acquire), counting attempts and waits in `observed`.
     async fn acquire_observed(&self, observed: &mut Acquisition) -> Result<LockGuard, LockError> {
+        self.shape.validate()?;
         validate_key(&self.key)?;
         validate_ttl(self.ttl)?;
         if let Some(min) = self.at_least {
@@ -195,15 +206,19 @@ impl LockRequest {
         }
         crate::limits::require_runtime("acquire")?;
 
+        let keys = Arc::new(self.shape.keys(&self.client.settings.prefix, &self.key));
         // Re-entry: an enclosing `run` body of this task holds it.
-        if let Some(lease) = reentrancy::find(self.client.settings.id, &self.key) {
+        if let Some(lease) = reentrancy::find(self.client.settings.id, &keys) {
             lease.enter();
             observed.reentered();
+            if lease.keys.kind != keys.kind {
+                // One key of an enclosing `lock_all`.
+                return Ok(LockGuard::within(lease, self.key.clone()));
+            }
             return Ok(LockGuard::new(lease));
         }
 
         let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?.into();
-        let keys = Arc::new(LockKeys::new(&self.client.settings.prefix, &self.key));
         let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
         let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {

@@ -42,6 +42,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
+use crate::backend::family::Kind;
 use crate::backend::{Acquired, Attempt, Backend, LockKeys, abandon_in_background};
 use crate::error::LockError;
 
@@ -117,15 +118,23 @@ impl<'a> Waiter<'a> {
     /// lock's channel) is returned instead: no retry fixes it, and it would
     /// otherwise go unseen while every wait lasts until the lease runs out.
     pub(crate) async fn listen(&mut self) -> Result<(), LockError> {
-        self.wakeup = Some(self.backend.wakeups().join(&self.keys.channel, self.token));
+        let wakeup = self.backend.wakeups().join(&self.keys.channel, self.token);
+        // A `lock_all` waiter waits in the line of whichever of its keys is
+        // busy: it hears the releases of all of them.
+        for other in others(self.keys) {
+            (self.backend.wakeups()).join_with(&other.channel, self.token, wakeup.clone());
+        }
+        self.wakeup = Some(wakeup);
         // Before the await: dropped while subscribing, the subscription
         // (if it happens) is undone by `drop`.
         self.listening = true;
-        if let Err(error) = self.backend.listen(self.keys).await {
-            if error.is_misconfigured() {
-                return Err(error);
+        for keys in std::iter::once(self.keys).chain(others(self.keys)) {
+            if let Err(error) = self.backend.listen(keys).await {
+                if error.is_misconfigured() {
+                    return Err(error);
+                }
+                tracing::debug!(%error, key = %keys.key, "leasehold: no release announcements, waking at expiry");
             }
-            tracing::debug!(%error, key = %self.keys.key, "leasehold: no release announcements, waking at expiry");
         }
         Ok(())
     }
@@ -158,17 +167,29 @@ impl<'a> Waiter<'a> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        if self.wakeup.is_some() {
-            // One that leaves without the lock passes its local turn on.
-            self.backend
-                .wakeups()
-                .leave(&self.keys.channel, self.token, !self.done);
-        }
-        if self.listening {
-            self.backend.unlisten(self.keys);
+        for keys in std::iter::once(self.keys).chain(others(self.keys)) {
+            if self.wakeup.is_some() {
+                // One that leaves without the lock passes its local turn on.
+                self.backend
+                    .wakeups()
+                    .leave(&keys.channel, self.token, !self.done);
+            }
+            if self.listening {
+                self.backend.unlisten(keys);
+            }
         }
         if self.traces && !self.done {
             abandon_in_background(self.backend, self.keys, self.token);
         }
     }
+}
+
+/// The keys of a `lock_all` after its first (whose names `keys` are); none
+/// for any other request.
+fn others(keys: &LockKeys) -> impl Iterator<Item = &LockKeys> {
+    let rest: &[LockKeys] = match &keys.kind {
+        Kind::All(all) => all.keys.get(1..).unwrap_or_default(),
+        _ => &[],
+    };
+    rest.iter()
 }

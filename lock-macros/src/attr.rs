@@ -20,10 +20,14 @@ mod kw {
     syn::custom_keyword!(max_hold);
     syn::custom_keyword!(every);
     syn::custom_keyword!(client);
+    syn::custom_keyword!(permits);
+    syn::custom_keyword!(read);
+    syn::custom_keyword!(write);
+    syn::custom_keyword!(keys);
 }
 
-const OPTIONS: &str =
-    "`key`, `ttl`, `renew`, `wait`, `at_least`, `max_hold`, `every`, `client`, `crate`";
+const OPTIONS: &str = "`key`, `keys`, `ttl`, `renew`, `wait`, `at_least`, `max_hold`, `every`, \
+                       `permits`, `read`, `write`, `client`, `crate`";
 
 /// Collects errors so that they are reported together.
 #[derive(Default)]
@@ -83,6 +87,15 @@ pub(crate) struct Args {
     pub every: Option<DurationOption>,
     pub client: Option<Expr>,
     pub krate: Option<Path>,
+    /// `permits = N`: a semaphore of N permits on `key`, and the keyword.
+    pub permits: Option<(u32, Span)>,
+    /// `read`: the read side of the rw lock on `key` (the keyword).
+    pub read: Option<Span>,
+    /// `write`: the write side of the rw lock on `key` (the keyword).
+    pub write: Option<Span>,
+    /// `keys = ["a", "b"]`: all of these lock keys at once (instead of
+    /// `key`), and the keyword.
+    pub keys: Option<(Vec<LitStr>, Span)>,
     pub errors: Errors,
 }
 
@@ -128,7 +141,7 @@ impl Parse for Args {
                 input.parse::<Option<Token![,]>>()?;
             }
         }
-        if !seen.contains("key") {
+        if !seen.contains("key") && !seen.contains("keys") {
             args.errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing option `key`: #[distributed_lock] needs the name of the lock, \
@@ -143,6 +156,38 @@ impl Parse for Args {
 impl Args {
     /// Options that are valid alone but not together.
     fn check_combinations(&mut self) {
+        if let (Some(_), Some(write)) = (self.read, self.write) {
+            self.errors.push(syn::Error::new(
+                write,
+                "`read` and `write` cannot be combined: a call takes either a read share or the \
+                 write side of the rw lock on `key`",
+            ));
+        }
+        if let Some((_, permits)) = self.permits
+            && (self.read.is_some() || self.write.is_some())
+        {
+            self.errors.push(syn::Error::new(
+                permits,
+                "`permits` cannot be combined with `read` or `write`: `key` is either a \
+                 semaphore or a rw lock",
+            ));
+        }
+        if let Some((_, keys)) = &self.keys {
+            if self.key.is_some() {
+                self.errors.push(syn::Error::new(
+                    *keys,
+                    "`keys` cannot be combined with `key`: `keys = [...]` names every lock to \
+                     take at once, so leave `key` out",
+                ));
+            }
+            if self.permits.is_some() || self.read.is_some() || self.write.is_some() {
+                self.errors.push(syn::Error::new(
+                    *keys,
+                    "`keys` cannot be combined with `permits`, `read` or `write`: `keys` takes \
+                     plain locks, all at once",
+                ));
+            }
+        }
         if let Some(max_hold) = &self.max_hold
             && !self.renew
         {
@@ -214,6 +259,64 @@ impl Args {
                 ));
             }
             self.renew = true;
+        } else if input.peek(kw::permits) {
+            let keyword: kw::permits = input.parse()?;
+            seen.first("permits", keyword.span)?;
+            equals(input, "permits", keyword.span, "5")?;
+            let lit: syn::LitInt = input.parse().map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "`permits` takes a whole number, as in `permits = 5`",
+                )
+            })?;
+            let permits: u32 = lit.base10_parse()?;
+            if permits == 0 {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "`permits` must be at least 1: a semaphore of 0 permits never lets anyone in",
+                ));
+            }
+            self.permits = Some((permits, keyword.span));
+        } else if input.peek(kw::read) || input.peek(kw::write) {
+            let name = if input.peek(kw::read) {
+                "read"
+            } else {
+                "write"
+            };
+            let keyword = input.call(Ident::parse_any)?;
+            seen.first(name, keyword.span())?;
+            if !(input.is_empty() || input.peek(Token![,])) {
+                let mut value = keyword.into_token_stream();
+                value.extend(take_to_comma(input)?);
+                return Err(syn::Error::new_spanned(
+                    value,
+                    format!("`{name}` takes no value: write `{name}` alone"),
+                ));
+            }
+            if name == "read" {
+                self.read = Some(keyword.span());
+            } else {
+                self.write = Some(keyword.span());
+            }
+        } else if input.peek(kw::keys) {
+            let keyword: kw::keys = input.parse()?;
+            seen.first("keys", keyword.span)?;
+            equals(
+                input,
+                "keys",
+                keyword.span,
+                "[\"acct:<from>\", \"acct:<to>\"]",
+            )?;
+            let list;
+            syn::bracketed!(list in input);
+            let lits = list.parse_terminated(|i| i.parse::<LitStr>(), Token![,])?;
+            if lits.is_empty() {
+                return Err(syn::Error::new(
+                    keyword.span,
+                    "`keys` needs at least one key, as in `keys = [\"acct:<from>\", \"acct:<to>\"]`",
+                ));
+            }
+            self.keys = Some((lits.into_iter().collect(), keyword.span));
         } else if input.peek(kw::client) {
             let keyword: kw::client = input.parse()?;
             seen.first("client", keyword.span)?;
@@ -364,6 +467,28 @@ mod tests {
     }
 
     #[test]
+    fn family_options() {
+        let args = parse(quote::quote!(key = "k", permits = 5));
+        assert!(args.errors.is_empty());
+        assert_eq!(args.permits.map(|(n, _)| n), Some(5));
+        let args = parse(quote::quote!(key = "k", read));
+        assert!(args.errors.is_empty() && args.read.is_some());
+        let args = parse(quote::quote!(keys = ["a:<x>", "b"], wait = "1s"));
+        assert!(args.errors.is_empty());
+        assert_eq!(args.keys.map(|(k, _)| k.len()), Some(2));
+        for nonsense in [
+            quote::quote!(key = "k", read, write),
+            quote::quote!(key = "k", permits = 2, read),
+            quote::quote!(key = "k", keys = ["a"]),
+            quote::quote!(keys = ["a"], permits = 2),
+            quote::quote!(key = "k", permits = 0),
+            quote::quote!(keys = []),
+        ] {
+            assert_eq!(errors(nonsense).len(), 1);
+        }
+    }
+
+    #[test]
     fn key_alone() {
         let args = parse(quote::quote!(key = "report"));
         assert!(args.errors.is_empty());
@@ -406,8 +531,9 @@ mod tests {
         assert_eq!(
             errors(quote::quote!(key = "k", timeout = "1s")),
             vec![
-                "unknown option `timeout`; the options are `key`, `ttl`, `renew`, `wait`, \
-                 `at_least`, `max_hold`, `every`, `client`, `crate`"
+                "unknown option `timeout`; the options are `key`, `keys`, `ttl`, `renew`, \
+                 `wait`, `at_least`, `max_hold`, `every`, `permits`, `read`, `write`, `client`, \
+                 `crate`"
             ]
         );
         assert_eq!(errors(quote::quote!(key = "k", fn)).len(), 1);

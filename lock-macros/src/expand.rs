@@ -44,15 +44,20 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     if args.every.is_some() {
         params = params.with_slot(local("__lh_slot"));
     }
-    let key = match &args.key {
-        Some(lit) => match template::check(lit, &params) {
-            Ok(key) => Some(key),
-            Err(error) => {
-                errors.push(error);
-                None
-            }
-        },
-        None => None,
+    let mut check = |lit: &syn::LitStr| match template::check(lit, &params) {
+        Ok(key) => Some(key),
+        Err(error) => {
+            errors.push(error);
+            None
+        }
+    };
+    let key = match (&args.key, &args.keys) {
+        (Some(lit), _) => check(lit).map(|key| vec![key]),
+        (None, Some((lits, _))) => {
+            let keys: Vec<Option<template::Key>> = lits.iter().map(&mut check).collect();
+            keys.into_iter().collect()
+        }
+        (None, None) => None,
     };
     match key {
         Some(key) if errors.is_empty() => rewrite(func, &args, &key),
@@ -79,7 +84,7 @@ fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
-fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
+fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -125,7 +130,25 @@ fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
             }
         },
     };
-    let key_expr = key.to_tokens();
+    let key_exprs: Vec<TokenStream> = keys.iter().map(template::Key::to_tokens).collect();
+    let lock = if args.keys.is_some() {
+        quote!(#krate::__private::LockClient::lock_all(#client, [#(#key_exprs),*]))
+    } else {
+        let key_expr = &key_exprs[..];
+        let key = quote!({ let #key_var = #(#key_expr)*; #key_var });
+        match (args.permits, args.read, args.write) {
+            (Some((permits, _)), _, _) => {
+                quote!(#krate::__private::LockClient::semaphore(#client, #key, #permits))
+            }
+            (None, Some(_), _) => {
+                quote!(#krate::__private::LockClient::rw_lock(#client, #key).read())
+            }
+            (None, None, Some(_)) => {
+                quote!(#krate::__private::LockClient::rw_lock(#client, #key).write())
+            }
+            (None, None, None) => quote!(#krate::__private::LockClient::lock(#client, #key)),
+        }
+    };
 
     let mut options = TokenStream::new();
     if let Some(ttl) = &args.ttl {
@@ -199,8 +222,7 @@ fn rewrite(func: ItemFn, args: &Args, key: &template::Key) -> TokenStream {
             #slot_init
             let #request = {
                 let #client: &#krate::__private::LockClient = #client_init;
-                let #key_var = #key_expr;
-                #krate::__private::LockClient::lock(#client, #key_var) #options
+                #lock #options
             };
             match #request.run(#future).await {
                 ::core::result::Result::Ok(#value) => #value,

@@ -49,7 +49,10 @@ use proc_macro::TokenStream;
 ///
 /// | option | meaning | default |
 /// | --- | --- | --- |
-/// | `key = "…"` | **required**: the name of the lock, a [template](#key-templates) | — |
+/// | `key = "…"` | **required** (unless `keys`): the name of the lock, a [template](#key-templates) | — |
+/// | `keys = ["…", "…"]` | instead of `key`: [all of these locks at once](#permits--5-read--write-keys--), templates too | — |
+/// | `permits = 5` | `key` is a [counting semaphore](#permits--5-read--write-keys--) of that many permits | off |
+/// | `read` / `write` | the read or write side of the [rw lock](#permits--5-read--write-keys--) on `key` | off |
 /// | `ttl = "10s"` | lease length ([duration](#durations)) | `"30s"` |
 /// | `renew` | keep the lease alive while the body runs (a bare flag) | off |
 /// | `wait = "2s"` | wait this long for a busy lock before giving up | one try (skip if locked) |
@@ -228,6 +231,34 @@ use proc_macro::TokenStream;
 /// # async fn main() {
 /// leasehold::set_global_client(LockClient::in_memory());
 /// assert_eq!(import().await, Ok(3));
+/// # }
+/// ```
+///
+/// ## `permits = 5`, `read` / `write`, `keys = [...]`
+///
+/// The lock family: `permits = N` takes one permit of the counting semaphore
+/// `key` (`LockClient::semaphore`), `read` and `write` a side of the
+/// read-write lock `key` (`LockClient::rw_lock`), and `keys` every named lock
+/// at once, or none (`LockClient::lock_all`: sorted, so two calls naming the
+/// same keys in opposite orders never deadlock). Combinations that make no
+/// sense are compile errors at the offending option: `read` with `write`,
+/// `permits` with `read` or `write`, `keys` with `key`, `permits`, `read` or
+/// `write`, and `permits = 0`.
+///
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError};
+///
+/// #[distributed_lock(key = "partner-api", permits = 5, renew)]
+/// async fn call_partner() -> Result<(), LockError> { Ok(()) }
+///
+/// #[distributed_lock(keys = ["acct:<from>", "acct:<to>"], wait = "2s")]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> Result<u64, LockError> { Ok(cents) }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// assert_eq!(call_partner().await, Ok(()));
+/// assert_eq!(transfer(2, 1, 500).await, Ok(500));
 /// # }
 /// ```
 ///

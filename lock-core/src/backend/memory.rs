@@ -6,17 +6,22 @@
 //!
 //! Time is tokio's clock, so tests can run it with `tokio::time::pause()`.
 
+mod all;
+mod family;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::family::Kind;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
     Release, Renewal, Reply, glob, key_of_lock_name,
 };
+use crate::error::LockError;
 
 /// The shortest time an operator's release is remembered for the old
 /// holder's next renewal (as `force_release.lua`).
@@ -38,6 +43,8 @@ struct Table {
     /// Operators' releases, by lock key: the owner token taken and until
     /// when its next renewal is told so (`P{K}:forced` on Redis).
     forced: HashMap<String, (String, Instant)>,
+    /// The semaphores and rw locks, by holders key (see `memory/family.rs`).
+    families: HashMap<String, family::Family>,
     size_after_sweep: usize,
 }
 
@@ -62,6 +69,7 @@ impl Table {
             self.locks.retain(|_, e| e.expires_at > now);
             self.fences.retain(|_, (_, forget_at)| *forget_at > now);
             self.forced.retain(|_, (_, until)| *until > now);
+            self.families.retain(|_, family| family.expire(now));
             self.lines.retain(|_, line| {
                 line.retain(|(_, kept)| *kept > now);
                 !line.is_empty()
@@ -237,6 +245,9 @@ impl MemoryBackend {
         batch
             .iter()
             .map(|item| match table.live(&item.keys.lock, now) {
+                _ if family::is_family(&item.keys.kind) => {
+                    Self::family_renew(&mut table, item, now)
+                }
                 Some(entry) if entry.token == *item.token => {
                     // Zero: a check only.
                     if !item.ttl.is_zero() {
@@ -257,6 +268,9 @@ impl MemoryBackend {
     fn inspect_now(&self, keys: &LockKeys) -> Option<Inspected> {
         let now = Instant::now();
         let mut table = self.table();
+        if table.families.contains_key(&keys.lock) {
+            return Self::family_inspect(&mut table, keys, now);
+        }
         let (token, expires_at) = {
             let entry = table.live(&keys.lock, now)?;
             (entry.token.clone(), entry.expires_at)
@@ -273,6 +287,7 @@ impl MemoryBackend {
             waiters: table.lines.get(&keys.line).map_or(0, |line| {
                 line.iter().filter(|(_, kept)| *kept > now).count()
             }),
+            shared: Vec::new(),
         })
     }
 
@@ -284,7 +299,9 @@ impl MemoryBackend {
                 .locks
                 .iter()
                 .filter(|(_, entry)| entry.expires_at > now)
-                .filter_map(|(name, _)| key_of_lock_name(prefix, name))
+                .map(|(name, _)| name)
+                .chain(table.families.keys())
+                .filter_map(|name| key_of_lock_name(prefix, name))
                 .filter(|key| glob::matches(pattern, key))
                 .map(str::to_owned)
                 .collect()
@@ -297,6 +314,9 @@ impl MemoryBackend {
 
     fn force_release_now(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
+        if let Some(forced) = self.family_force_release(keys, now) {
+            return forced;
+        }
         let (holder, next) = {
             let mut table = self.table();
             let Some(entry) = table.live(&keys.lock, now) else {
@@ -322,23 +342,67 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, in_line) = attempt.parts();
+        if family::is_family(&keys.kind) {
+            let outcome = self.family_acquire(keys, token, ttl, in_line);
+            return Box::pin(async move { outcome });
+        }
+        if let Kind::All(all) = &keys.kind {
+            let outcome = self.all_acquire(all, token, ttl, in_line);
+            return Box::pin(async move { outcome });
+        }
+        if self.table().family_held(&keys.lock, Instant::now()) {
+            let wrong = LockError::WrongType {
+                key: keys.key.clone(),
+                redis_key: keys.lock.clone(),
+            };
+            return Box::pin(async move { Err(wrong) });
+        }
         let outcome = self.acquire_now(keys, token, ttl, in_line);
         Box::pin(async move { Ok(outcome) })
     }
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        self.abandon_now(keys, token);
+        if family::is_family(&keys.kind) {
+            self.family_abandon(keys, token);
+        } else if let Kind::All(all) = &keys.kind {
+            self.all_abandon(all, token);
+        } else {
+            self.abandon_now(keys, token);
+        }
         Box::pin(async {})
     }
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, _) = release.parts();
-        let outcome = self.release_now(keys, token, keep);
+        let outcome = if family::is_family(&keys.kind) {
+            self.family_release(keys, token, keep)
+        } else if let Kind::All(all) = &keys.kind {
+            self.all_release(all, token, keep)
+        } else {
+            self.release_now(keys, token, keep)
+        };
         Box::pin(async move { Ok(outcome) })
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
-        let outcome = self.renew_now(batch);
+        let outcome = if batch
+            .iter()
+            .any(|item| matches!(item.keys.kind, Kind::All(_)))
+        {
+            batch
+                .iter()
+                .map(|item| match &item.keys.kind {
+                    Kind::All(all) => self.all_renew(all, item),
+                    _ => self
+                        .renew_now(std::slice::from_ref(item))
+                        .first()
+                        .copied()
+                        .unwrap_or(Owned::No),
+                })
+                .collect()
+        } else {
+            self.renew_now(batch)
+        };
         Box::pin(async move { Ok(outcome) })
     }
 
@@ -430,6 +494,7 @@ impl MemoryBackend {
         table.locks.clear();
         table.fences.clear();
         table.lines.clear();
+        table.families.clear();
         table.size_after_sweep = 0;
     }
 }

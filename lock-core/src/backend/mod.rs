@@ -29,6 +29,7 @@
 //! "Data layout" table in `lib.rs`); [`LockKeys`] builds them.
 
 pub(crate) mod connect;
+pub(crate) mod family;
 #[cfg(feature = "testing")]
 pub(crate) mod faulty;
 pub(crate) mod glob;
@@ -130,6 +131,9 @@ pub(crate) struct LockKeys {
     pub(crate) line: String,
     pub(crate) places: String,
     pub(crate) channel: String,
+    /// Which primitive these names belong to (a plain lock unless built by
+    /// [`LockKeys::of_kind`]).
+    pub(crate) kind: family::Kind,
 }
 
 impl LockKeys {
@@ -151,6 +155,15 @@ impl LockKeys {
             line: named(":line"),
             places: named(":places"),
             channel: named(":released"),
+            kind: family::Kind::Lock,
+        }
+    }
+
+    /// The names of `key` for a primitive of the lock family.
+    pub(crate) fn of_kind(prefix: &str, key: &str, kind: family::Kind) -> LockKeys {
+        LockKeys {
+            kind,
+            ..LockKeys::new(prefix, key)
         }
     }
 }
@@ -255,6 +268,38 @@ pub(crate) struct Inspected {
     pub(crate) fence: u64,
     /// Waiters whose places in line are kept.
     pub(crate) waiters: usize,
+    /// A semaphore's or rw lock's holders (empty for a lock).
+    pub(crate) shared: Vec<SharedHolder>,
+}
+
+/// One holder of a semaphore or rw lock, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SharedHolder {
+    pub(crate) token: String,
+    /// `s` (permit), `r` (read share) or `w` (writer).
+    pub(crate) letter: char,
+    pub(crate) ttl: Duration,
+    pub(crate) fence: u64,
+}
+
+impl Inspected {
+    /// A semaphore or rw lock with these `holders` (`None` without any):
+    /// the lock-like fields show the latest grant (highest fence).
+    pub(crate) fn of_family(
+        key: &str,
+        holders: Vec<SharedHolder>,
+        waiters: usize,
+    ) -> Option<Inspected> {
+        let latest = holders.iter().max_by_key(|h| h.fence)?.clone();
+        Some(Inspected {
+            key: key.to_owned(),
+            token: latest.token,
+            ttl: latest.ttl,
+            fence: latest.fence,
+            waiters,
+            shared: holders,
+        })
+    }
 }
 
 /// This machine's clock in µs since the Unix epoch (at least 1): the floor

@@ -50,6 +50,17 @@ impl Wakeups {
         notify
     }
 
+    /// Register the waiter `token` on `channel` too, with the wake-up it
+    /// got from [`join`](Self::join) (a `lock_all` waiter hears the
+    /// releases of every one of its keys).
+    pub(crate) fn join_with(&self, channel: &str, token: &str, notify: Arc<Notify>) {
+        self.channels()
+            .entry(channel.to_owned())
+            .or_default()
+            .line
+            .push_back((token.to_owned(), notify));
+    }
+
     /// Unregister the waiter `token`. One that leaves without the lock
     /// (`handed_on`) passes its turn to the next local waiter, which then
     /// looks for itself.

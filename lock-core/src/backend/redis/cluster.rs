@@ -275,6 +275,16 @@ impl Topology for Cluster {
         false
     }
 
+    fn one_slot(&self) -> bool {
+        false
+    }
+
+    fn same_slot(&self, names: &[&str]) -> bool {
+        let mut slots = names.iter().map(|name| Slot::for_key(name.as_bytes()));
+        let first = slots.next();
+        slots.all(|slot| Some(slot) == first)
+    }
+
     fn renew<'a>(
         &'a self,
         batch: &'a [Renewal],

@@ -21,6 +21,7 @@
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+mod family;
 pub(crate) mod gate;
 pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
@@ -157,6 +158,18 @@ pub(crate) trait Topology: Send + Sync + 'static {
     /// its pipeline (`SET`, `GET`, `TIME`) must reach one server, which a
     /// cluster connection does not promise for `TIME`.
     fn fast_path(&self) -> bool {
+        true
+    }
+
+    /// Whether every key lives on one server, so that one script may touch
+    /// keys of different hash tags (false on Redis Cluster).
+    fn one_slot(&self) -> bool {
+        true
+    }
+
+    /// Whether the Redis names `names` live in one slot (always on one
+    /// server).
+    fn same_slot(&self, _names: &[&str]) -> bool {
         true
     }
 }
@@ -402,10 +415,16 @@ impl<T: Topology> RedisBackend<T> {
         let records = self.topology.fast_path();
         let mut looks = 0;
         loop {
-            let seen = self
+            let found = self
                 .call(|mut con| async move { scripts::inspect(&mut con, keys, records).await })
-                .await
-                .map_err(|e| e.into_lock_error(&self.server, keys))?;
+                .await;
+            let seen = match found {
+                // Not a string: a semaphore or rw lock (a hash of holders)?
+                Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+                    return self.family_inspect(keys).await;
+                }
+                other => other.map_err(|e| e.into_lock_error(&self.server, keys))?,
+            };
             match seen {
                 Some((_, false)) if looks < INSPECT_LOOKS => {
                     looks += 1;
@@ -445,10 +464,20 @@ impl<T: Topology> RedisBackend<T> {
         keys: &LockKeys,
     ) -> Result<Option<String>, LockError> {
         let publish = self.topology.publish();
-        let forced = self
+        let forced = match self
             .call(|mut con| async move { scripts::force_release(&mut con, keys, publish).await })
             .await
-            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        {
+            // Not a string: a semaphore or rw lock (a hash of holders)?
+            Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+                self.call(|mut con| async move {
+                    scripts::family_force_release(&mut con, keys, publish).await
+                })
+                .await
+            }
+            other => other,
+        }
+        .map_err(|e| e.into_lock_error(&self.server, keys))?;
         let Some(holder) = forced.holder else {
             return Ok(None);
         };
@@ -479,7 +508,11 @@ impl<T: Topology> RedisBackend<T> {
 impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let fence_floor = attempt.fence_floor;
-        let fast = attempt.fast && fence_floor.is_none() && self.topology.fast_path();
+        // Plain locks only: the family has scripts of its own.
+        let fast = attempt.fast
+            && fence_floor.is_none()
+            && matches!(attempt.keys.kind, super::family::Kind::Lock)
+            && self.topology.fast_path();
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
@@ -487,9 +520,26 @@ impl<T: Topology> Backend for RedisBackend<T> {
             }
             self.admit(keys, ttl).await?;
             let publish = self.topology.publish();
-            // The script; `claimed` after a fast attempt that may have
+            // The script (the family's for a semaphore, an rw lock or a
+            // `lock_all`); `claimed` after a fast attempt that may have
             // taken the lock (its key is taken back and decided again).
             let script = |mut con: T::Conn, claimed: bool| async move {
+                if keys.kind.is_shared() {
+                    let attempt = Attempt {
+                        keys,
+                        token,
+                        ttl,
+                        in_line,
+                        fence_floor,
+                        fast: false,
+                    };
+                    return self.family_attempt(&mut con, attempt).await;
+                }
+                if let super::family::Kind::All(all) = &keys.kind {
+                    return self
+                        .lock_all_attempt(&mut con, all, token, ttl, in_line)
+                        .await;
+                }
                 let claimed = claimed.then_some(publish);
                 scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor, claimed).await
             };
@@ -546,6 +596,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            if keys.kind.is_shared() {
+                return self.family_abandon(keys, token).await;
+            }
+            if let super::family::Kind::All(all) = &keys.kind {
+                for keys in &all.keys {
+                    self.abandon(keys, token).await;
+                }
+                return;
+            }
             let publish = self.topology.publish();
             let result = self
                 .call(
@@ -568,6 +627,12 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
+            if keys.kind.is_shared() {
+                return self.family_release(release).await;
+            }
+            if let super::family::Kind::All(all) = &keys.kind {
+                return self.release_all(all, release).await;
+            }
             let released = self
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
@@ -588,7 +653,14 @@ impl<T: Topology> Backend for RedisBackend<T> {
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {
         Box::pin(async move {
-            let owned = self.renew_script(batch).await?;
+            let owned = if batch
+                .iter()
+                .any(|item| !matches!(item.keys.kind, super::family::Kind::Lock))
+            {
+                self.renew_with_family(batch).await?
+            } else {
+                self.renew_script(batch).await?
+            };
             // Held for another lease: remembered as asks. Found there after
             // a change: their keys survived it.
             self.gate.renewed(

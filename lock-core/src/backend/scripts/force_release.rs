@@ -18,7 +18,7 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// The shortest life of the forced marker: long enough for a holder whose
 /// lease was about to run out to hear why at its next renewal.
-const MIN_MARKER: Duration = Duration::from_secs(1);
+pub(super) const MIN_MARKER: Duration = Duration::from_secs(1);
 
 /// What `force_release.lua` did.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub(crate) async fn force_release<C: ConnectionLike>(
 
 /// `P{K}:forced`: the lock key with `:forced` in place of `:lock` (renew.lua
 /// derives it the same way).
-fn forced_name(keys: &LockKeys) -> String {
+pub(super) fn forced_name(keys: &LockKeys) -> String {
     let stem = keys.lock.strip_suffix(":lock").unwrap_or(&keys.lock);
     format!("{stem}:forced")
 }

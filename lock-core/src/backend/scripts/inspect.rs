@@ -67,5 +67,6 @@ fn decode(
         ttl: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
         fence: fence.parse().unwrap_or(0),
         waiters: usize::try_from(waiters).unwrap_or(0),
+        shared: Vec::new(),
     })
 }

@@ -328,6 +328,7 @@ impl RedlockBackend {
                 ttl: agreeing.iter().map(|i| i.ttl).min().unwrap_or_default(),
                 fence: agreeing.iter().map(|i| i.fence).max().unwrap_or(0),
                 waiters: agreeing.iter().map(|i| i.waiters).max().unwrap_or(0),
+                shared: Vec::new(),
             })
         })
     }
@@ -337,6 +338,19 @@ impl Backend for RedlockBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, _) = attempt.parts();
         Box::pin(async move {
+            if keys.kind != crate::backend::family::Kind::Lock {
+                // The lock family keeps no quorum rules: refused, not
+                // approximated.
+                return Err(LockError::invalid(
+                    "topology",
+                    format!(
+                        "a {} is not available on Redlock ({}): use a single Redis, \
+                         Sentinel or Cluster",
+                        keys.kind.noun(),
+                        self.describe()
+                    ),
+                ));
+            }
             let started = Instant::now();
             let lock = Owner::new(keys, token);
             let mut pending = self.ask_to_grant(&lock, ttl);

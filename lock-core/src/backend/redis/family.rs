@@ -1,0 +1,220 @@
+//! The semaphore and the read-write lock on Redis (data layout and
+//! fairness in `backend/family.rs`): their scripts' calls, beside the
+//! lock's in `super`, which dispatches to them by the kind of the keys.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::{RedisBackend, Topology};
+use crate::backend::family::{AllKeys, Kind};
+use crate::backend::scripts::{self, ScriptError};
+use crate::backend::wakeups::Announcement;
+use crate::backend::{Acquired, Attempt, Inspected, LockKeys, Owned, Release, Renewal};
+use crate::error::LockError;
+
+/// A renewal and its place in the watchdog's batch.
+type Indexed<'a> = (usize, &'a Renewal);
+
+impl<T: Topology> RedisBackend<T> {
+    /// One attempt at a permit or a rw-lock side (the gate already checked
+    /// by the caller, as for a lock).
+    pub(super) async fn family_attempt(
+        &self,
+        con: &mut T::Conn,
+        attempt: Attempt<'_>,
+    ) -> Result<Acquired, ScriptError> {
+        let (keys, token, ttl, in_line) = attempt.parts();
+        scripts::family_acquire(con, keys, token, ttl, in_line, self.topology.publish()).await
+    }
+
+    /// Give back a permit or a rw-lock side; this client's own waiters hear
+    /// it at once.
+    pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let (keys, token, keep, _) = release.parts();
+        let publish = self.topology.publish();
+        let released = self
+            .call(|mut con| async move {
+                scripts::family_release(&mut con, keys, token, keep, publish).await
+            })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        if released.owned == Owned::Yes {
+            self.gate.survived(&keys.key);
+            if let Some(next) = &released.next {
+                self.listener
+                    .wakeups
+                    .announce(&keys.channel, Announcement::Next(next));
+            }
+        }
+        Ok(released.owned)
+    }
+
+    /// Read a key whose lock name is not a string: a semaphore or rw lock.
+    pub(super) async fn family_inspect(
+        &self,
+        keys: &LockKeys,
+    ) -> Result<Option<Inspected>, LockError> {
+        self.call(|mut con| async move { scripts::family_inspect(&mut con, keys).await })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))
+    }
+
+    /// One attempt of a `lock_all`: one script when its keys share a slot
+    /// (always on one server), else key by key (Cluster): each taken in
+    /// sorted order by the lock's own script, and every one taken given back
+    /// as soon as one is busy, so that nothing is held while waiting; the
+    /// caller keeps a place only in the busy key's line.
+    pub(super) async fn lock_all_attempt(
+        &self,
+        con: &mut T::Conn,
+        all: &AllKeys,
+        token: &str,
+        ttl: Duration,
+        in_line: bool,
+    ) -> Result<Acquired, ScriptError> {
+        let publish = self.topology.publish();
+        let names: Vec<&str> = all.keys.iter().map(|k| k.lock.as_str()).collect();
+        if self.topology.same_slot(&names) {
+            return scripts::lock_all(con, all, token, ttl, in_line, publish).await;
+        }
+        let mut fences = Vec::with_capacity(all.keys.len());
+        for (at, keys) in all.keys.iter().enumerate() {
+            let taken = scripts::acquire(con, keys, token, ttl, in_line, None, None).await;
+            match taken {
+                Ok(Acquired::Yes { fence }) => fences.push(fence),
+                busy_or_failed => {
+                    // Give back what this attempt took, and leave every
+                    // other line (a place kept there would hold it up).
+                    for (other, keys) in all.keys.iter().enumerate() {
+                        if (other != at || busy_or_failed.is_err())
+                            && let Err(e) = scripts::abandon(con, keys, token, publish).await
+                        {
+                            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
+                        }
+                    }
+                    return busy_or_failed;
+                }
+            }
+        }
+        let first = fences.first().copied().unwrap_or(0);
+        all.granted(fences);
+        Ok(Acquired::Yes { fence: first })
+    }
+
+    /// Give back every lock of a `lock_all`, each as a plain release would
+    /// (waking each key's next in line). Ours only if every one was.
+    pub(super) async fn release_all(
+        &self,
+        all: &AllKeys,
+        release: Release<'_>,
+    ) -> Result<Owned, LockError> {
+        let (_, token, keep, deadline) = release.parts();
+        let mut outcome = Owned::Yes;
+        for keys in &all.keys {
+            let released = self
+                .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
+                .await?;
+            if released.owned == Owned::Yes && !released.in_background {
+                self.gate.survived(&keys.key);
+                let announcement = match &released.next {
+                    Some(next) => Announcement::Next(next),
+                    None => Announcement::Free(token),
+                };
+                self.listener.wakeups.announce(&keys.channel, announcement);
+            }
+            if outcome == Owned::Yes {
+                outcome = released.owned;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Abandon an acquisition of a permit or rw-lock side.
+    pub(super) async fn family_abandon(&self, keys: &LockKeys, token: &str) {
+        let publish = self.topology.publish();
+        let result =
+            self.call(|mut con| async move {
+                scripts::family_abandon(&mut con, keys, token, publish).await
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+        }
+    }
+
+    /// Renew a batch that holds permits or rw-lock sides: the locks through
+    /// the topology's batched renewal as usual, the others by
+    /// `family_renew.lua`, one call for all of them on one server, one per
+    /// key on Cluster (a key's names share a slot); all sent at once.
+    pub(super) async fn renew_with_family(
+        &self,
+        batch: &[Renewal],
+    ) -> Result<Vec<Owned>, LockError> {
+        let (shared, plain): (Vec<Indexed<'_>>, Vec<Indexed<'_>>) = batch
+            .iter()
+            .enumerate()
+            .partition(|(_, item)| item.keys.kind.is_shared());
+        let mut out = vec![Owned::Yes; batch.len()];
+        // A lock_all lease is one renewal per key, all of the same token:
+        // ours only while every key is.
+        let mut items = Vec::with_capacity(plain.len());
+        let mut owners = Vec::with_capacity(plain.len());
+        for (at, item) in &plain {
+            match &item.keys.kind {
+                Kind::All(all) => {
+                    for keys in &all.keys {
+                        items.push(Renewal {
+                            keys: Arc::new(keys.clone()),
+                            ..(*item).clone()
+                        });
+                        owners.push(*at);
+                    }
+                }
+                _ => {
+                    items.push((*item).clone());
+                    owners.push(*at);
+                }
+            }
+        }
+        if !items.is_empty() {
+            let owned = self.renew_script(&items).await?;
+            for (at, owned) in owners.iter().zip(owned) {
+                if out[*at] == Owned::Yes {
+                    out[*at] = owned;
+                }
+            }
+        }
+        let mut groups: BTreeMap<&str, Vec<Indexed<'_>>> = BTreeMap::new();
+        for (at, item) in shared {
+            let group = if self.topology.one_slot() {
+                ""
+            } else {
+                item.keys.key.as_str()
+            };
+            groups.entry(group).or_default().push((at, item));
+        }
+        let calls = groups.values().map(|group| async move {
+            let items: Vec<&Renewal> = group.iter().map(|(_, item)| *item).collect();
+            let items = &items;
+            let owned = self
+                .call(|mut con| async move { scripts::family_renew(&mut con, items).await })
+                .await;
+            (group, owned)
+        });
+        for (group, owned) in join_all(calls).await {
+            let owned = owned.map_err(|e| match e {
+                ScriptError::Redis(e) => scripts::script_backend_error(&self.server, e),
+                wrong @ ScriptError::WrongType { .. } => {
+                    LockError::backend(&self.server, format!("{wrong:?}"))
+                }
+            })?;
+            for ((at, _), owned) in group.iter().zip(owned) {
+                out[*at] = owned;
+            }
+        }
+        Ok(out)
+    }
+}

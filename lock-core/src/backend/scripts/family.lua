@@ -1,0 +1,103 @@
+-- Prepended to the scripts of the semaphore and the read-write lock (see
+-- family.rs for their data layout): reading their holders and their line.
+--
+-- A holder's value is `<kind><until>:<fence>`, a waiter's place
+-- `<kind><until>`; kind is s (permit), r (read share) or w (writer).
+
+-- The server clock in ms.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Whether kinds a and b belong to the same primitive (a permit is no share).
+local function same_family(a, b)
+  return (a == 's') == (b == 's')
+end
+
+-- The live holders of the hash `key` as a list of {token, kind, until,
+-- fence}, dropping the expired ones on the way; or false, index when the key
+-- (1) holds another type or a holder of another primitive than `kind`.
+local function live_holders(key, kind, now)
+  local all = typed('HGETALL', key)
+  if all.err then
+    return false
+  end
+  local live = {}
+  for i = 1, #all, 2 do
+    local token, value = all[i], all[i + 1]
+    local k, untl, fence = string.match(value, '^(%a)(%d+):(%d+)$')
+    if not k or not same_family(k, kind) then
+      return false
+    end
+    if tonumber(untl) <= now then
+      redis.call('HDEL', key, token)
+    else
+      live[#live + 1] = {token, k, tonumber(untl), fence}
+    end
+  end
+  return live
+end
+
+-- The live waiters of the line `line` (places in the hash `places`) as a
+-- list of {token, kind, until}, dropping lapsed places on the way; or
+-- false, index for a key of another type (3 the line, 4 the places) or a
+-- waiter of another primitive.
+local function live_line(line, places, kind, now)
+  local tokens = typed('LRANGE', line, 0, -1)
+  if tokens.err then
+    return false, 3
+  end
+  local live = {}
+  for _, token in ipairs(tokens) do
+    local place = typed('HGET', places, token)
+    if type(place) == 'table' then
+      return false, 4
+    end
+    local k, untl = string.match(place or '', '^(%a)(%d+)$')
+    if place and not k then
+      -- A plain lock's waiter: this key is in use as a plain lock.
+      return false, 1
+    end
+    if k and not same_family(k, kind) then
+      return false, 1
+    end
+    if not k or tonumber(untl) <= now then
+      redis.call('LREM', line, 1, token)
+      redis.call('HDEL', places, token)
+    else
+      live[#live + 1] = {token, k, tonumber(untl)}
+    end
+  end
+  return live
+end
+
+-- Whether a waiter of `kind` at `position` (1-based; #line + 1 for one not
+-- in line) of `line` may go now, given the live `holders` and `permits`
+-- (semaphores only).
+local function may_go(kind, position, holders, line, permits)
+  if kind == 's' then
+    return #holders + position <= permits
+  end
+  if kind == 'w' then
+    return #holders == 0 and position == 1
+  end
+  for _, holder in ipairs(holders) do
+    if holder[2] == 'w' then
+      return false
+    end
+  end
+  for i = 1, position - 1 do
+    if line[i][2] == 'w' then
+      return false
+    end
+  end
+  return true
+end
+
+-- Make the hash `key` live at least until `untl` (server ms).
+local function outlive(key, now, untl)
+  if redis.call('PTTL', key) < untl - now then
+    redis.call('PEXPIRE', key, untl - now)
+  end
+end

@@ -1,0 +1,65 @@
+//! `family_acquire.lua`: take a semaphore permit or a rw-lock side, in turn.
+
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
+use crate::backend::connect::millis;
+use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
+
+/// The script's source as Redis runs it (with the shared helpers first).
+pub const SOURCE: &str = concat!(
+    include_str!("typed.lua"),
+    include_str!("family.lua"),
+    include_str!("family_acquire.lua")
+);
+
+pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
+
+/// Take what `keys.kind` names (a permit, a read share, the write side) for
+/// `ttl` if it may be granted now without passing over a waiter; with
+/// `in_line`, a busy reply keeps (or takes) `token`'s place in line. A grant
+/// that lets the next in line go too tells it on the release channel
+/// (`publish`: `PUBLISH` or `SPUBLISH`).
+pub(crate) async fn family_acquire<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+    ttl: Duration,
+    in_line: bool,
+    publish: &str,
+) -> Result<Acquired, ScriptError> {
+    let letter = keys
+        .kind
+        .letter()
+        .ok_or_else(|| unexpected("family_acquire"))?;
+    let mut cmd = evalsha(&SCRIPT, 4);
+    cmd.arg(&keys.lock)
+        .arg(&keys.fence)
+        .arg(&keys.line)
+        .arg(&keys.places)
+        .arg(token)
+        .arg(letter)
+        .arg(millis(ttl))
+        .arg(millis(ttl + FENCE_MEMORY))
+        .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
+        .arg(keys.kind.permits())
+        .arg(&keys.channel)
+        .arg(publish);
+    let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
+    match reply {
+        Value::BulkString(fence) => Ok(Acquired::Yes {
+            fence: std::str::from_utf8(&fence)
+                .ok()
+                .and_then(|f| f.parse().ok())
+                .ok_or_else(|| unexpected("family_acquire"))?,
+        }),
+        Value::Int(ms) => Ok(Acquired::Busy {
+            expires_in: u64::try_from(ms).ok().map(Duration::from_millis),
+        }),
+        Value::Array(parts) => Err(wrong_type(keys, &parts)),
+        _ => Err(unexpected("family_acquire")),
+    }
+}

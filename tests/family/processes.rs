@@ -1,0 +1,146 @@
+//! Several OS processes share one semaphore and one rw lock on one Redis:
+//! this test binary re-runs itself as workers, each with its own client, and
+//! they count holders in Redis itself.
+
+use std::process::Command;
+use std::time::Duration;
+
+use leasehold::LockClient;
+
+use crate::support::RedisServer;
+
+const WORKERS: usize = 3;
+const ROUNDS: usize = 15;
+const PERMITS: u32 = 2;
+
+#[tokio::test]
+async fn processes_share_a_semaphore_and_a_rw_lock() {
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "processes::worker_process",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("LEASEHOLD_FAMILY_WORKER_URL", server.url())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a worker failed");
+    }
+    let get = |k: &str| match server.cmd(&["GET", k]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse::<i64>().unwrap(),
+        redis::Value::Nil => 0,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(get("too-many"), 0, "more than {PERMITS} permit holders");
+    assert_eq!(get("writer-with-others"), 0, "a writer held with someone");
+    assert_eq!(get("rounds"), (WORKERS * ROUNDS * 2) as i64);
+}
+
+/// Run only as a child of `processes_share_a_semaphore_and_a_rw_lock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of processes_share_a_semaphore_and_a_rw_lock"]
+async fn worker_process() {
+    let Ok(url) = std::env::var("LEASEHOLD_FAMILY_WORKER_URL") else {
+        return;
+    };
+    let client = LockClient::connect(&url).await.unwrap();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..2 {
+        let client = client.clone();
+        let mut conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                // A permit: count holders in Redis.
+                let permit = client
+                    .semaphore("proc-sem", PERMITS)
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let inside: i64 = redis::cmd("INCR")
+                    .arg("sem-inside")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if inside > i64::from(PERMITS) {
+                    let _: () = redis::cmd("INCR")
+                        .arg("too-many")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let _: () = redis::cmd("DECR")
+                    .arg("sem-inside")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                permit.release().await.unwrap();
+
+                // The rw lock: a writer counts 1000.
+                let writer = (task + round) % 4 == 0;
+                let rw = client.rw_lock("proc-doc");
+                let side = if writer { rw.write() } else { rw.read() };
+                let guard = side
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let weight = if writer { 1000 } else { 1 };
+                let after: i64 = redis::cmd("INCRBY")
+                    .arg("rw-inside")
+                    .arg(weight)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if (writer && after != 1000) || (!writer && after >= 1000) {
+                    let _: () = redis::cmd("INCR")
+                        .arg("writer-with-others")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let _: () = redis::cmd("DECRBY")
+                    .arg("rw-inside")
+                    .arg(weight)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+                let _: () = redis::cmd("INCRBY")
+                    .arg("rounds")
+                    .arg(1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let _: () = redis::cmd("INCRBY")
+        .arg("rounds")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _ = &mut conn;
+}

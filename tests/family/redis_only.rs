@@ -1,0 +1,214 @@
+//! What only Redis shows: the layout on the server, Redlock's refusal,
+//! Cluster, cancellation leaving no place in line.
+
+use std::time::Duration;
+
+use leasehold::{LockClient, LockError};
+
+use crate::support::{MASTER_NAME, RedisCluster, RedisServer, SentinelSet};
+
+/// A semaphore's holders live in one hash at the lock's own name, with an
+/// expiry; the line and places next to it; all gone after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_layout_on_the_server() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let permit = client
+        .semaphore("laid-out", 2)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cmd(&["TYPE", "leasehold:{laid-out}:lock"]),
+        redis::Value::SimpleString("hash".into())
+    );
+    match server.cmd(&["PTTL", "leasehold:{laid-out}:lock"]) {
+        redis::Value::Int(ms) => assert!(ms > 0 && ms <= 10_000),
+        other => panic!("{other:?}"),
+    }
+    permit.release().await.unwrap();
+    assert_eq!(
+        server.cmd(&["EXISTS", "leasehold:{laid-out}:lock"]),
+        redis::Value::Int(0)
+    );
+}
+
+/// A waiter whose acquisition is dropped leaves the line at once, and the
+/// holder's later release names nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_waiter_leaves_the_line() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let held = client.semaphore("cancel", 1).acquire().await.unwrap();
+    let waiting = client
+        .semaphore("cancel", 1)
+        .wait(Duration::from_secs(30))
+        .acquire();
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+    assert!(cancelled.is_err(), "still waiting when dropped");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.cmd(&["LLEN", "leasehold:{cancel}:line"]) != redis::Value::Int(0) {
+        assert!(tokio::time::Instant::now() < deadline, "the place stayed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    assert!(
+        client
+            .semaphore("cancel", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Redlock keeps no quorum rules for the family: refused with the topology
+/// named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_refuses_the_family() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let client = LockClient::connect_redlock(servers.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let refused = [
+        client.semaphore("r", 2).try_acquire().await.err(),
+        client.rw_lock("r").read().try_acquire().await.err(),
+        client.rw_lock("r").write().try_acquire().await.err(),
+        client.lock_all(["a", "b"]).try_acquire().await.err(),
+    ];
+    for error in refused {
+        match error {
+            Some(LockError::InvalidArgument { reason, .. }) => {
+                assert!(reason.contains("Redlock"), "{reason}")
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+}
+
+/// On Cluster: a semaphore and a rw lock work (their names share a slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_semaphore_and_rw_lock() {
+    let cluster = RedisCluster::start(3);
+    let client = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let other = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let one = client
+        .semaphore("cl-sem", 1)
+        .renew(true)
+        .ttl(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        other
+            .semaphore("cl-sem", 1)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    // Renewed across its TTL (the per-slot family renewal).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(one.is_held());
+    one.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    got.release().await.unwrap();
+
+    let rw = client.rw_lock("cl-doc");
+    let r = rw.read().acquire().await.unwrap();
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    r.release().await.unwrap();
+    rw.write().acquire().await.unwrap().release().await.unwrap();
+
+    // lock_all across slots: taken key by key in sorted order, given back
+    // when one is busy; renewed as one lease; opposite orders both finish.
+    let both = client
+        .lock_all(["acct:b", "acct:a", "acct:c"])
+        .renew(true)
+        .ttl(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(client.lock("acct:c").try_acquire().await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(both.is_held());
+    let other = LockClient::connect_cluster(cluster.urls()).await.unwrap();
+    let opposite = tokio::spawn(async move {
+        other
+            .lock_all(["acct:c", "acct:a"])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    both.release().await.unwrap();
+    let got = opposite.await.unwrap().unwrap();
+    assert!(got.fencing_token_of("acct:c").is_some());
+    got.release().await.unwrap();
+    assert!(client.lock("acct:a").try_acquire().await.unwrap().is_some());
+}
+
+/// A server restart without persistence loses the permits held there: each
+/// holder is told at once (`Restarted`), not at its next renewal, and the
+/// restarted server does not grant the semaphore to another client of the
+/// same process unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_loses_the_permits_held_there() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let permit = client
+        .semaphore("restart", 2)
+        .ttl(Duration::from_secs(30))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+    // Any command makes the client reconnect and notice the new run_id.
+    for _ in 0..20 {
+        if client.lock("restart-probe").try_acquire().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(8), permit.lost())
+        .await
+        .expect("the permit is reported lost well before its next renewal");
+    assert_eq!(permit.lost_cause(), Some(leasehold::LostCause::Restarted));
+}
+
+/// On Sentinel: a semaphore, a rw lock and lock_all through the primary the
+/// sentinels name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_family() {
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .expect("harness thread");
+    let urls = set.sentinel_urls();
+    let client = LockClient::connect_sentinel(MASTER_NAME, &urls)
+        .await
+        .unwrap();
+    let one = client.semaphore("s-sem", 1).acquire().await.unwrap();
+    assert!(
+        client
+            .semaphore("s-sem", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    one.release().await.unwrap();
+    let r = client.rw_lock("s-doc").read().acquire().await.unwrap();
+    assert!(
+        client
+            .rw_lock("s-doc")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    r.release().await.unwrap();
+    let both = client.lock_all(["s:1", "s:2"]).acquire().await.unwrap();
+    assert!(client.lock("s:2").try_acquire().await.unwrap().is_none());
+    both.release().await.unwrap();
+}
