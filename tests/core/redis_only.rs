@@ -45,10 +45,12 @@ async fn reentry_sends_no_command() {
     );
     // The lock is gone; what may stay is bookkeeping: the grant record, if
     // the body ran past the moment a held lease's token is written down.
+    // (Redis < 7.0 has no fast path: its script leaves the fence key.)
     let left = server.keys("*");
     assert!(
-        left.iter().all(|k| k == "leasehold:{re}:grant"),
-        "only the grant record may be left: {left:?}"
+        left.iter()
+            .all(|k| k == "leasehold:{re}:grant" || k == "leasehold:{re}:fence"),
+        "only bookkeeping may be left: {left:?}"
     );
 }
 
@@ -278,11 +280,13 @@ async fn data_layout_uses_one_hash_tag_and_the_prefix() {
     let pttl = int(server.cmd(&["PTTL", "app:{order:42}:lock"]));
     assert!(pttl > 3000 && pttl <= 5000, "{pttl}");
     wait_until("the grant was never recorded", || {
-        server.keys("*").len() == 2
+        server.keys("*").iter().any(|k| k.ends_with(":grant"))
     })
     .await;
     let mut keys = server.keys("*");
     keys.sort();
+    // Redis < 7.0 has no fast path: the script writes the fence key too.
+    keys.retain(|k| k != "app:{order:42}:fence");
     assert_eq!(keys, ["app:{order:42}:grant", "app:{order:42}:lock"]);
     let record = server.cmd(&["GET", "app:{order:42}:grant"]);
     let redis::Value::BulkString(record) = record else {
@@ -301,7 +305,9 @@ async fn data_layout_uses_one_hash_tag_and_the_prefix() {
         "{record_ttl}"
     );
     guard.release().await.unwrap();
-    assert_eq!(server.keys("*"), ["app:{order:42}:grant"]);
+    let mut left = server.keys("*");
+    left.retain(|k| k != "app:{order:42}:fence");
+    assert_eq!(left, ["app:{order:42}:grant"]);
 }
 
 #[tokio::test]

@@ -62,6 +62,9 @@ const RELEASE_IN_LINE: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Copy)]
 struct ReleaseArgs {
     publish: &'static str,
+    /// One server behind the connection (not Cluster): the script may name
+    /// the line and channel itself (its compact form).
+    one_server: bool,
     announce: scripts::Announce,
     mark: Option<Duration>,
     keep: Duration,
@@ -100,7 +103,12 @@ impl ReleaseArgs {
                 in_background: false,
             });
         }
-        scripts::release(con, keys, token, keep, publish, announce, mark).await
+        let telling = scripts::Telling {
+            publish,
+            announce,
+            one_server: self.one_server,
+        };
+        scripts::release(con, keys, token, keep, telling, mark).await
     }
 
     /// Whether to try again after `error`, `delay` from now.
@@ -322,6 +330,7 @@ impl<T: Topology> RedisBackend<T> {
     ) -> Result<scripts::Released, LockError> {
         let args = ReleaseArgs {
             publish: self.topology.publish(),
+            one_server: self.topology.fast_path(),
             announce,
             mark: self.gate.survival_mark(),
             keep,

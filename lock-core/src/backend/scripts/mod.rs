@@ -16,13 +16,13 @@
 
 mod abandon;
 mod acquire;
-pub(crate) mod fast;
 mod family_abandon;
 mod family_acquire;
 mod family_force_release;
 mod family_inspect;
 mod family_release;
 mod family_renew;
+pub(crate) mod fast;
 mod force_release;
 mod inspect;
 mod lock_all;
@@ -59,7 +59,7 @@ pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub(crate) use record::record;
 pub use release::SOURCE as RELEASE_SOURCE;
-pub(crate) use release::{Announce, Released, release};
+pub(crate) use release::{Announce, Released, Telling, release};
 /// renew.lua as Redis runs it, for the model's conformance test.
 pub use renew::SOURCE as RENEW_SOURCE;
 pub(crate) use renew::renew;

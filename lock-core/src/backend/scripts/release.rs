@@ -30,6 +30,16 @@ pub(crate) struct Released {
     pub(crate) in_background: bool,
 }
 
+/// How a release is announced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Telling {
+    /// `PUBLISH`, or `SPUBLISH` on Cluster.
+    pub(crate) publish: &'static str,
+    pub(crate) announce: Announce,
+    /// One server behind the connection (not Cluster).
+    pub(crate) one_server: bool,
+}
+
 /// Which releases `release.lua` announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announce {
@@ -41,33 +51,55 @@ pub(crate) enum Announce {
 }
 
 /// Delete the lock if `token` holds it (or, with a non-zero `keep`, let it
-/// expire after `keep`), announcing it on the lock's channel with `publish`
-/// (`PUBLISH`, or `SPUBLISH` on Cluster) as `announce` says. With
-/// `mark_survival`, a released lease also leaves the survival mark for that
-/// long (shortly after a restart or failover, see gate.rs).
+/// expire after `keep`), announcing it on the lock's channel as `telling`
+/// says. With `mark_survival`, a released lease also leaves the survival
+/// mark for that long (shortly after a restart or failover, see gate.rs).
+/// On one server (not Cluster), a plain release sends the script's compact
+/// form, where it names the line and channel itself (keys it is not given:
+/// never on a cluster).
 pub(crate) async fn release<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     keep: Duration,
-    publish: &str,
-    announce: Announce,
+    telling: Telling,
     mark_survival: Option<Duration>,
 ) -> Result<Released, ScriptError> {
+    let Telling {
+        publish,
+        announce,
+        one_server,
+    } = telling;
+    // The compact form (one server, announcing to the line with PUBLISH, no
+    // survival mark): the script names the line and channel itself.
+    let compact = one_server
+        && publish == "PUBLISH"
+        && announce == Announce::ToTheLine
+        && mark_survival.is_none();
+    let keep = if keep.is_zero() { 0 } else { millis(keep) };
+    if compact {
+        let mut cmd = evalsha(&SCRIPT, 1);
+        cmd.arg(&keys.lock).arg(token).arg(keep);
+        return decode(invoke(&SCRIPT, &cmd, con).await?);
+    }
     let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 4 } else { 3 });
     cmd.arg(&keys.lock).arg(&keys.line).arg(&keys.places);
     if mark_survival.is_some() {
         cmd.arg(keys.survival_mark());
     }
     cmd.arg(token)
-        .arg(if keep.is_zero() { 0 } else { millis(keep) })
+        .arg(keep)
         .arg(&keys.channel)
         .arg(publish)
         .arg(u8::from(announce == Announce::Always));
     if let Some(mark) = mark_survival {
         cmd.arg(millis(mark).max(1));
     }
-    let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
+    decode(invoke(&SCRIPT, &cmd, con).await?)
+}
+
+/// The script's reply.
+fn decode(reply: Value) -> Result<Released, ScriptError> {
     match reply {
         Value::Int(code) => Ok(Released {
             owned: Owned::from_code(code),
