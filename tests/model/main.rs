@@ -199,6 +199,7 @@ fn probe() {
             one_try: v("O", 0) == 1,
             liveness: v("L", 0) == 1,
             late_changes: v("LATE", 0) == 1,
+            fast: v("FAST", 0),
         },
         &[],
     );
