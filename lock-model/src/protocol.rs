@@ -426,6 +426,11 @@ impl Protocol {
         // TIME was read: the clock moves on (one grant, one instant).
         w.clock += 1;
         if let FastReply::Yes(fence) = reply {
+            if let Some(l) = &mut w.server.lock
+                && l.owner == token
+            {
+                l.fast = false;
+            }
             if fence <= w.max_issued {
                 w.fence_bad = true;
             }
@@ -1192,7 +1197,10 @@ pub fn every_key_expires(s: &Server) -> bool {
 
 /// acquire.lua's marker rules: whenever the line is not empty, the fence
 /// key exists with the marker and lives at least as long as the line; and
-/// a held lock's token carries the marker too.
+/// a held lock's token carries the marker too, unless it is a fast `SET`
+/// not decided yet (its reads find the fence marked: the claimed script
+/// takes it back; or its owner crashed: it runs out, and a waiter that
+/// finds it marks it).
 pub fn markers(s: &Server) -> bool {
     use crate::scripts::Exp;
     if s.line.is_empty() {
@@ -1205,5 +1213,5 @@ pub fn markers(s: &Server) -> bool {
     let fence_ok = s
         .fence
         .is_some_and(|f| f.marked && lives(f.exp) >= s.line_exp.map_or(Time::MAX, lives));
-    fence_ok && s.lock.is_none_or(|l| l.marked)
+    fence_ok && s.lock.is_none_or(|l| l.marked || l.fast)
 }

@@ -56,6 +56,10 @@ pub struct LockVal {
     pub owner: Tok,
     pub marked: bool,
     pub exp: Time,
+    /// Ghost: written by a fast `SET NX` and not decided yet (the reads
+    /// have not found it a grant): not a lease, and without the line
+    /// marker even when someone waits in line.
+    pub fast: bool,
 }
 
 /// The fence key: the last fencing token, with the line marker or not.
@@ -232,6 +236,7 @@ impl Server {
                     owner: token,
                     marked: false,
                     exp: now + LEASE,
+                    fast: true,
                 });
                 SetNx::Took
             }
@@ -279,6 +284,7 @@ impl Server {
                     owner: token,
                     marked: false,
                     exp: now + LEASE,
+                    fast: false,
                 });
                 // SET fence floor PX .. GET.
                 let old = self.fence.replace(FenceVal {
@@ -328,6 +334,7 @@ impl Server {
                             owner: token,
                             marked: true,
                             exp: now + LEASE,
+                            fast: false,
                         });
                     } else {
                         plain(self);
