@@ -11,7 +11,7 @@
 
 use stateright::{Model, Property};
 
-use crate::scripts::{AcqReply, Effects, LEASE, RelReply, Server, Time, Tok};
+use crate::scripts::{AcqReply, Effects, FastReply, LEASE, RelReply, Server, SetNx, Time, Tok};
 
 /// What may happen in a run.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +42,9 @@ pub struct Config {
     /// (see `Action::Tick`): off in the checks, on to show what the
     /// assumption guards against.
     pub late_changes: bool,
+    /// Clients `0..fast` take the fast path (fast.rs) on the first attempt
+    /// of each acquisition; the others (all, at 0) send the script only.
+    pub fast: u8,
 }
 
 /// A request on the wire, or its reply.
@@ -55,6 +58,20 @@ pub enum Flight<R> {
     Failed,
 }
 
+/// Where the fast pipeline is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastStep {
+    /// Sent, nothing applied.
+    Sent,
+    /// The `SET` took the lock; the reads are still to run.
+    Took,
+    /// Both applied (or the `SET` found a value: the reads decide nothing);
+    /// the reply is on its way.
+    Replied(FastReply),
+    /// The caller saw an error: applied up to anywhere, or not at all.
+    Failed,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
     Idle,
@@ -62,6 +79,15 @@ pub enum Phase {
         in_line: bool,
         sent: Time,
         flight: Flight<AcqReply>,
+        /// acquire.lua in claimed mode (after a fast attempt).
+        claimed: bool,
+    },
+    /// The fast acquisition's pipeline (fast.rs), two server steps: the
+    /// `SET NX`, then the reads (`GET fence`, `TIME`).
+    Fast {
+        in_line: bool,
+        sent: Time,
+        step: FastStep,
     },
     /// In line, asleep until told it is next, or until `wake`.
     Waiting {
@@ -113,8 +139,9 @@ pub struct Client {
     pub listening: bool,
     /// A `next:` naming its token arrived since its last attempt was sent.
     pub notified: bool,
-    /// An acquire of an abandoned token still on the wire (`in_line`).
-    pub stray: Option<(Tok, bool)>,
+    /// An acquire of an abandoned token still on the wire (`in_line`,
+    /// claimed).
+    pub stray: Option<(Tok, bool, bool)>,
     pub gate: Gate,
     /// Ghost: the fence the server issued to the current token.
     pub issued: Option<u32>,
@@ -217,7 +244,9 @@ impl Client {
     pub fn waits(&self) -> bool {
         matches!(
             self.phase,
-            Phase::Waiting { .. } | Phase::Acquiring { in_line: true, .. }
+            Phase::Waiting { .. }
+                | Phase::Acquiring { in_line: true, .. }
+                | Phase::Fast { in_line: true, .. }
         )
     }
 
@@ -233,6 +262,16 @@ impl Client {
             _ => None,
         }
     }
+}
+
+/// How an attempt goes to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    Script,
+    /// acquire.lua in claimed mode (after a fast attempt).
+    Claimed,
+    /// The fast pipeline.
+    Fast,
 }
 
 /// The model.
@@ -300,8 +339,9 @@ impl Protocol {
         }
     }
 
-    /// An attempt: identity first, then the gate, then the script on the wire.
-    fn send_acquire(&self, w: &mut World, c: u8, in_line: bool) {
+    /// An attempt: identity first, then the gate, then the script (or the
+    /// fast pipeline) on the wire.
+    fn send_acquire(&self, w: &mut World, c: u8, in_line: bool, how: How) {
         let ci = usize::from(c);
         if w.clients[ci].gate.seen != w.epoch {
             self.see_change(w, c);
@@ -337,20 +377,26 @@ impl Protocol {
                     Phase::Idle
                 }
             }
+            None if how == How::Fast => Phase::Fast {
+                in_line,
+                sent: now,
+                step: FastStep::Sent,
+            },
             None => Phase::Acquiring {
                 in_line,
                 sent: now,
                 flight: Flight::Sent,
+                claimed: how == How::Claimed,
             },
         };
     }
 
     /// The server runs acquire.lua for `token`, with the ghosts' checks.
-    fn run_acquire(&self, w: &mut World, token: Tok, in_line: bool) -> AcqReply {
+    fn run_acquire(&self, w: &mut World, token: Tok, in_line: bool, claimed: bool) -> AcqReply {
         let before = w.server.clone();
         let floor = w.clock;
-        let took_time = w.server.lock.is_none();
-        let (reply, effects) = w.server.acquire(token, in_line, w.now, floor);
+        let took_time = w.server.lock.is_none_or(|l| claimed && l.owner == token);
+        let (reply, effects) = w.server.acquire(token, in_line, w.now, floor, claimed);
         if took_time {
             w.clock += 1;
         }
@@ -373,6 +419,34 @@ impl Protocol {
         reply
     }
 
+    /// The fast pipeline's reads, after its `SET` took the lock: the
+    /// client's decision, with the ghosts' checks for a grant.
+    fn run_fast_read(&self, w: &mut World, token: Tok) -> FastReply {
+        let reply = w.server.fast_read(w.clock);
+        // TIME was read: the clock moves on (one grant, one instant).
+        w.clock += 1;
+        if let FastReply::Yes(fence) = reply {
+            if let Some(l) = &mut w.server.lock
+                && l.owner == token
+            {
+                l.fast = false;
+            }
+            if fence <= w.max_issued {
+                w.fence_bad = true;
+            }
+            w.max_issued = w.max_issued.max(fence);
+            let owner = &mut w.clients[usize::from(token.client)];
+            if owner.token(token.client) == token {
+                owner.issued = Some(fence);
+            }
+            let before = w.server.clone();
+            if self.overtakes(w, &before, token) {
+                w.overtaken = true;
+            }
+        }
+        reply
+    }
+
     /// A new grant to `token` while a live waiter that came before it keeps
     /// its place: every live waiter with a kept place must be behind it.
     fn overtakes(&self, w: &World, before: &Server, token: Tok) -> bool {
@@ -392,7 +466,7 @@ impl Protocol {
 
     /// `next:<token>` wakes that waiter (armed before its attempt).
     fn announce(&self, w: &mut World, effects: Effects) {
-        if let Some(next) = effects.announced {
+        for next in effects.announced.into_iter().chain(effects.again) {
             let cl = &mut w.clients[usize::from(next.client)];
             if cl.token(next.client) == next && cl.alive() {
                 cl.notified = true;
@@ -406,6 +480,7 @@ impl Protocol {
             cl.stray = None;
             match &mut cl.phase {
                 Phase::Acquiring { flight, .. } => *flight = Flight::Failed,
+                Phase::Fast { step, .. } => *step = FastStep::Failed,
                 Phase::Releasing { flight } => *flight = Flight::Failed,
                 Phase::Abandoning { flight } => *flight = Flight::Failed,
                 Phase::Holding {
@@ -469,6 +544,14 @@ impl Model for Protocol {
             // may end the call (else it is retried).
             let in_flight = match cl.phase {
                 Phase::Acquiring { flight, .. } => Some((stage(&flight), true)),
+                Phase::Fast { step, .. } => Some((
+                    match step {
+                        FastStep::Sent | FastStep::Took => Stage::Sent,
+                        FastStep::Replied(_) => Stage::Replied,
+                        FastStep::Failed => Stage::Failed,
+                    },
+                    true,
+                )),
                 Phase::Holding {
                     renewing: Some((_, flight)),
                     ..
@@ -516,6 +599,7 @@ impl Model for Protocol {
                     }
                 }
                 Phase::Acquiring { .. }
+                | Phase::Fast { .. }
                 | Phase::Holding { .. }
                 | Phase::Releasing { .. }
                 | Phase::Abandoning { .. } => {}
@@ -538,7 +622,17 @@ impl Model for Protocol {
                 actions.push(Action::Release(c));
             }
             if client_faults {
-                if matches!(cl.phase, Phase::Waiting { .. } | Phase::Acquiring { .. }) {
+                // (A cancel while the fast pipeline is on the wire is not
+                // modelled: its reply or error first.)
+                if matches!(
+                    cl.phase,
+                    Phase::Waiting { .. }
+                        | Phase::Acquiring { .. }
+                        | Phase::Fast {
+                            step: FastStep::Replied(_) | FastStep::Failed,
+                            ..
+                        }
+                ) {
                     actions.push(Action::Cancel(c));
                 }
                 actions.push(Action::Crash(c));
@@ -586,18 +680,57 @@ impl Model for Protocol {
                 cl.r#gen += 1;
                 cl.listening = false;
                 cl.issued = None;
-                self.send_acquire(&mut w, c, in_line);
+                let how = if c < self.config.fast {
+                    How::Fast
+                } else {
+                    How::Script
+                };
+                self.send_acquire(&mut w, c, in_line, how);
             }
             Action::Apply(c) => {
                 let ci = usize::from(c);
                 let token = w.clients[ci].token(c);
                 match w.clients[ci].phase {
-                    Phase::Acquiring { in_line, sent, .. } => {
-                        let reply = self.run_acquire(&mut w, token, in_line);
+                    Phase::Acquiring {
+                        in_line,
+                        sent,
+                        claimed,
+                        ..
+                    } => {
+                        let reply = self.run_acquire(&mut w, token, in_line, claimed);
                         w.clients[ci].phase = Phase::Acquiring {
                             in_line,
                             sent,
                             flight: Flight::Replied(reply),
+                            claimed,
+                        };
+                    }
+                    Phase::Fast {
+                        in_line,
+                        sent,
+                        step: FastStep::Sent,
+                    } => {
+                        let step = match w.server.set_nx(token, now) {
+                            SetNx::Took => FastStep::Took,
+                            SetNx::Own => FastStep::Replied(FastReply::Resolve),
+                            SetNx::Taken => FastStep::Replied(FastReply::Busy),
+                        };
+                        w.clients[ci].phase = Phase::Fast {
+                            in_line,
+                            sent,
+                            step,
+                        };
+                    }
+                    Phase::Fast {
+                        in_line,
+                        sent,
+                        step: FastStep::Took,
+                    } => {
+                        let reply = self.run_fast_read(&mut w, token);
+                        w.clients[ci].phase = Phase::Fast {
+                            in_line,
+                            sent,
+                            step: FastStep::Replied(reply),
                         };
                     }
                     Phase::Holding {
@@ -647,16 +780,49 @@ impl Model for Protocol {
             }
             Action::ApplyStray(c) => {
                 let ci = usize::from(c);
-                let (token, in_line) = w.clients[ci].stray.take()?;
-                self.run_acquire(&mut w, token, in_line);
+                let (token, in_line, claimed) = w.clients[ci].stray.take()?;
+                self.run_acquire(&mut w, token, in_line, claimed);
             }
             Action::Deliver(c) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = match cl.phase {
+                    Phase::Fast {
+                        in_line,
+                        sent,
+                        step: FastStep::Replied(reply),
+                    } => match reply {
+                        FastReply::Yes(fence) => {
+                            if cl.issued.take() != Some(fence) {
+                                w.fence_bad = true;
+                            }
+                            Phase::Holding {
+                                fence,
+                                valid: sent + LEASE,
+                                excused: cl.gate.blind && !self.config.restart_grace,
+                                renewing: None,
+                            }
+                        }
+                        FastReply::Busy if !in_line => Phase::Idle,
+                        FastReply::Busy => {
+                            // `Busy { expires_in: None }`, the first busy:
+                            // listen, then look again at once.
+                            cl.listening = true;
+                            Phase::Waiting { wake: Some(now) }
+                        }
+                        // The script in claimed mode, on the same
+                        // connection, at once.
+                        FastReply::Resolve => Phase::Acquiring {
+                            in_line,
+                            sent,
+                            flight: Flight::Sent,
+                            claimed: true,
+                        },
+                    },
                     Phase::Acquiring {
                         in_line,
                         sent,
                         flight: Flight::Replied(reply),
+                        ..
                     } => match reply {
                         AcqReply::Granted(fence) => {
                             if cl.issued.take() != Some(fence) {
@@ -723,7 +889,17 @@ impl Model for Protocol {
             Action::Retry(c) => {
                 let ci = usize::from(c);
                 match w.clients[ci].phase {
-                    Phase::Acquiring { in_line, .. } => self.send_acquire(&mut w, c, in_line),
+                    Phase::Acquiring {
+                        in_line, claimed, ..
+                    } => {
+                        let how = if claimed { How::Claimed } else { How::Script };
+                        self.send_acquire(&mut w, c, in_line, how)
+                    }
+                    // Sent again as the script, claimed: the pipeline may
+                    // have got through.
+                    Phase::Fast { in_line, .. } => {
+                        self.send_acquire(&mut w, c, in_line, How::Claimed)
+                    }
                     Phase::Holding {
                         fence,
                         valid,
@@ -753,13 +929,13 @@ impl Model for Protocol {
             Action::GiveUp(c) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = match cl.phase {
-                    Phase::Acquiring { .. } => Phase::Abandoning {
+                    Phase::Acquiring { .. } | Phase::Fast { .. } => Phase::Abandoning {
                         flight: Flight::Sent,
                     },
                     _ => Phase::Idle,
                 };
             }
-            Action::Wake(c) => self.send_acquire(&mut w, c, true),
+            Action::Wake(c) => self.send_acquire(&mut w, c, true, How::Script),
             Action::Cancel(c) => {
                 let ci = usize::from(c);
                 let token = w.clients[ci].token(c);
@@ -767,10 +943,11 @@ impl Model for Protocol {
                 if let Phase::Acquiring {
                     in_line,
                     flight: Flight::Sent,
+                    claimed,
                     ..
                 } = cl.phase
                 {
-                    cl.stray = Some((token, in_line));
+                    cl.stray = Some((token, in_line, claimed));
                 }
                 cl.phase = Phase::Abandoning {
                     flight: Flight::Sent,
@@ -938,6 +1115,10 @@ fn canon(w: &mut World) {
             | Phase::Acquiring {
                 flight: Flight::Replied(AcqReply::Granted(fence)),
                 ..
+            }
+            | Phase::Fast {
+                step: FastStep::Replied(FastReply::Yes(fence)),
+                ..
             } => values.push(fence),
             _ => {}
         }
@@ -970,6 +1151,10 @@ fn canon(w: &mut World) {
             | Phase::Acquiring {
                 flight: Flight::Replied(AcqReply::Granted(fence)),
                 ..
+            }
+            | Phase::Fast {
+                step: FastStep::Replied(FastReply::Yes(fence)),
+                ..
             } => *fence = rank(*fence),
             _ => {}
         }
@@ -980,6 +1165,7 @@ fn canon(w: &mut World) {
 fn fail(phase: &mut Phase) {
     match phase {
         Phase::Acquiring { flight, .. } => *flight = Flight::Failed,
+        Phase::Fast { step, .. } => *step = FastStep::Failed,
         Phase::Holding {
             renewing: Some((_, flight)),
             ..
@@ -1011,7 +1197,10 @@ pub fn every_key_expires(s: &Server) -> bool {
 
 /// acquire.lua's marker rules: whenever the line is not empty, the fence
 /// key exists with the marker and lives at least as long as the line; and
-/// a held lock's token carries the marker too.
+/// a held lock's token carries the marker too, unless it is a fast `SET`
+/// not decided yet (its reads find the fence marked: the claimed script
+/// takes it back; or its owner crashed: it runs out, and a waiter that
+/// finds it marks it).
 pub fn markers(s: &Server) -> bool {
     use crate::scripts::Exp;
     if s.line.is_empty() {
@@ -1024,5 +1213,5 @@ pub fn markers(s: &Server) -> bool {
     let fence_ok = s
         .fence
         .is_some_and(|f| f.marked && lives(f.exp) >= s.line_exp.map_or(Time::MAX, lives));
-    fence_ok && s.lock.is_none_or(|l| l.marked)
+    fence_ok && s.lock.is_none_or(|l| l.marked || l.fast)
 }

@@ -56,6 +56,10 @@ pub struct LockVal {
     pub owner: Tok,
     pub marked: bool,
     pub exp: Time,
+    /// Ghost: written by a fast `SET NX` and not decided yet (the reads
+    /// have not found it a grant): not a lease, and without the line
+    /// marker even when someone waits in line.
+    pub fast: bool,
 }
 
 /// The fence key: the last fencing token, with the line marker or not.
@@ -109,6 +113,30 @@ pub struct Effects {
     pub fresh: bool,
     /// The token announced as next (`next:<token>` published).
     pub announced: Option<Tok>,
+    /// The first in line told the lock is free again (`again:<token>`,
+    /// claimed mode: a waiter saw the caller's fast key and sleeps on it).
+    pub again: Option<Tok>,
+}
+
+/// What the fast acquisition's `SET lock token NX PX ttl GET` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SetNx {
+    /// Taken (nil): the lock key is the caller's, unmarked.
+    Took,
+    /// The caller's own token (marked or not): decided by the script.
+    Own,
+    /// Someone else's (nothing changed).
+    Taken,
+}
+
+/// What the fast acquisition decided (fast.rs `Fast`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastReply {
+    /// Ours, with this fence (nothing written but the lock key).
+    Yes(u32),
+    Busy,
+    /// acquire.lua in claimed mode decides.
+    Resolve,
 }
 
 impl Server {
@@ -199,24 +227,64 @@ impl Server {
         });
     }
 
+    /// The fast acquisition's first command (fast.rs): `SET lock token NX
+    /// PX ttl GET`, atomic on its own.
+    pub fn set_nx(&mut self, token: Tok, now: Time) -> SetNx {
+        match self.lock {
+            None => {
+                self.lock = Some(LockVal {
+                    owner: token,
+                    marked: false,
+                    exp: now + LEASE,
+                    fast: true,
+                });
+                SetNx::Took
+            }
+            Some(l) if l.owner == token => SetNx::Own,
+            Some(_) => SetNx::Taken,
+        }
+    }
+
+    /// The fast acquisition's reads after a `SET` that took the lock (`GET
+    /// fence`, `TIME`: another step, other clients' calls may run before
+    /// it), and the client's decision: granted with max(clock, last + 1)
+    /// when the fence key is absent or unmarked, else [`FastReply::Resolve`].
+    /// Nothing is written.
+    pub fn fast_read(&self, clock: u32) -> FastReply {
+        match self.fence {
+            Some(f) if f.marked => FastReply::Resolve,
+            f => FastReply::Yes(clock.max(f.map_or(0, |f| f.value) + 1)),
+        }
+    }
+
     /// acquire.lua. `floor` is the server clock (`ARGV[5]` = 0); `grace`
-    /// is `ARGV[4]` (0: one try).
+    /// is `ARGV[4]` (0: one try); `claimed`: `ARGV[6]` = '1' (after a fast
+    /// attempt: the caller's own key is taken back first).
     pub fn acquire(
         &mut self,
         token: Tok,
         in_line: bool,
         now: Time,
         floor: u32,
+        claimed: bool,
     ) -> (AcqReply, Effects) {
         let out = 'script: {
             let mut effects = Effects::default();
             let mut head: Option<Option<Tok>> = None;
+            // Claimed mode: the caller's fast key goes, remembering whether a
+            // waiter marked it (it sleeps on its lease).
+            let mut seen = false;
+            if claimed && let Some(l) = self.lock.filter(|l| l.owner == token) {
+                self.lock = None;
+                seen = l.marked;
+            }
             if self.lock.is_none() {
                 // SET NX PX.
                 self.lock = Some(LockVal {
                     owner: token,
                     marked: false,
                     exp: now + LEASE,
+                    fast: false,
                 });
                 // SET fence floor PX .. GET.
                 let old = self.fence.replace(FenceVal {
@@ -250,6 +318,9 @@ impl Server {
                     // Someone waits before us: undo (the counter goes back).
                     self.lock = None;
                     self.mark_fence(last.unwrap_or(0));
+                    if seen {
+                        effects.again = first;
+                    }
                     // ... and on to "not now" below.
                 } else {
                     if first.is_some() {
@@ -263,6 +334,7 @@ impl Server {
                             owner: token,
                             marked: true,
                             exp: now + LEASE,
+                            fast: false,
                         });
                     } else {
                         plain(self);

@@ -26,8 +26,10 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use leasehold::__private::{ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
-use leasehold_model::protocol::{Flight, Phase};
-use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, RelReply, Server, Tok};
+use leasehold_model::protocol::{FastStep, Flight, Phase};
+use leasehold_model::scripts::{
+    AcqReply, Exp, FastReply, GRACE, LEASE, RelReply, Server, SetNx, Tok,
+};
 use leasehold_model::{Action, Config, Model, Protocol, World};
 use redis::{Connection, Script, Value};
 
@@ -81,6 +83,7 @@ fn walk_config() -> Config {
         one_try: true,
         liveness: false,
         late_changes: false,
+        fast: 2,
     }
 }
 
@@ -160,6 +163,8 @@ struct Replay<'a> {
     told: BTreeMap<u8, (u32, u64)>,
     /// The highest real fence issued, with the model's.
     top: Option<(u32, u64)>,
+    /// How often each kind of fast-path step was replayed.
+    fast: BTreeMap<&'static str, usize>,
 }
 
 fn cmd(con: &mut Connection, args: &[&str]) -> Value {
@@ -380,10 +385,13 @@ impl Replay<'_> {
         self.shift_places(ticks * TICK_MS);
     }
 
-    fn acquire(&mut self, t: Tok, in_line: bool) -> Value {
+    /// acquire.lua; `claimed`: ARGV[6..8] of claimed mode (the release
+    /// channel, PUBLISH).
+    fn acquire(&mut self, t: Tok, in_line: bool, claimed: bool) -> Value {
         let ttl = i64::from(LEASE) * TICK_MS;
-        Script::new(ACQUIRE_SOURCE)
-            .key(LOCK)
+        let script = Script::new(ACQUIRE_SOURCE);
+        let mut call = script.prepare_invoke();
+        call.key(LOCK)
             .key(FENCE)
             .key(LINE)
             .key(PLACES)
@@ -395,9 +403,51 @@ impl Replay<'_> {
             } else {
                 0
             })
-            .arg(0)
-            .invoke(self.con)
-            .expect("acquire.lua")
+            .arg(0);
+        if claimed {
+            call.arg("1").arg(CHANNEL).arg("PUBLISH");
+            *self.fast.entry("claimed acquire.lua").or_default() += 1;
+        }
+        call.invoke(self.con).expect("acquire.lua")
+    }
+
+    /// The fast pipeline's first command: `SET lock token NX PX ttl GET`.
+    fn fast_set(&mut self, t: Tok) -> SetNx {
+        let ttl = i64::from(LEASE) * TICK_MS;
+        let real: Value = redis::cmd("SET")
+            .arg(LOCK)
+            .arg(token(t))
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl)
+            .arg("GET")
+            .query(self.con)
+            .expect("SET NX GET");
+        let me = token(t);
+        match real {
+            Value::Nil => SetNx::Took,
+            Value::BulkString(b) if b.strip_prefix(b"+").unwrap_or(&b) == me.as_bytes() => {
+                SetNx::Own
+            }
+            Value::BulkString(_) => SetNx::Taken,
+            other => panic!("SET NX GET answered {other:?}"),
+        }
+    }
+
+    /// The fast pipeline's reads (`GET fence`, `TIME`) and the client's
+    /// decision on them, as fast.rs makes it.
+    fn fast_read(&mut self) -> (Option<u64>, bool) {
+        let fence = text(&cmd(self.con, &["GET", FENCE]));
+        let Value::Array(time) = cmd(self.con, &["TIME"]) else {
+            panic!("TIME");
+        };
+        let part = |v: &Value| -> u64 { text(v).expect("a TIME part").parse().unwrap() };
+        let now_us = part(&time[0]) * 1_000_000 + part(&time[1]);
+        match fence {
+            Some(f) if f.starts_with('+') => (None, true),
+            Some(f) => (Some(now_us.max(f.parse::<u64>().unwrap() + 1)), false),
+            None => (Some(now_us.max(1)), false),
+        }
     }
 
     fn renew(&mut self, t: Tok) -> Vec<i64> {
@@ -453,10 +503,42 @@ impl Replay<'_> {
                 let t = cl.token(c);
                 let mut server: Server = before.server.clone();
                 match cl.phase {
-                    Phase::Acquiring { in_line, .. } => {
-                        let real = self.acquire(t, in_line);
-                        let (model, _) = server.acquire(t, in_line, now, before.clock);
+                    Phase::Acquiring {
+                        in_line, claimed, ..
+                    } => {
+                        let real = self.acquire(t, in_line, claimed);
+                        let (model, _) = server.acquire(t, in_line, now, before.clock, claimed);
                         self.check_acquire(&real, model, c, step);
+                    }
+                    Phase::Fast {
+                        step: FastStep::Sent,
+                        ..
+                    } => {
+                        let real = self.fast_set(t);
+                        let model = server.set_nx(t, now);
+                        assert_eq!(real, model, "{step}: SET NX GET");
+                        *self.fast.entry("fast SET NX").or_default() += 1;
+                    }
+                    Phase::Fast {
+                        step: FastStep::Took,
+                        ..
+                    } => {
+                        let (real, marked) = self.fast_read();
+                        match (real, server.fast_read(before.clock)) {
+                            (Some(real), FastReply::Yes(f)) => {
+                                self.told.insert(c, (f, real));
+                                if self.top.is_none_or(|(m, _)| f > m) {
+                                    self.top = Some((f, real));
+                                }
+                                *self.fast.entry("fast grant").or_default() += 1;
+                            }
+                            (None, FastReply::Resolve) if marked => {
+                                *self.fast.entry("fast resolve").or_default() += 1;
+                            }
+                            (real, model) => {
+                                panic!("{step}: the fast reads gave {real:?}, the model {model:?}")
+                            }
+                        }
                     }
                     Phase::Holding { .. } => {
                         let real = self.renew(t);
@@ -507,10 +589,10 @@ impl Replay<'_> {
                 }
             }
             Action::ApplyStray(c) => {
-                let (t, in_line) = before.clients[usize::from(c)].stray.expect("a stray");
-                let real = self.acquire(t, in_line);
+                let (t, in_line, claimed) = before.clients[usize::from(c)].stray.expect("a stray");
+                let real = self.acquire(t, in_line, claimed);
                 let mut server = before.server.clone();
-                let (model, _) = server.acquire(t, in_line, now, before.clock);
+                let (model, _) = server.acquire(t, in_line, now, before.clock, claimed);
                 // Nobody is told this fence; it is issued all the same.
                 if let (Value::BulkString(b), AcqReply::Granted(f)) = (&real, model) {
                     let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
@@ -566,6 +648,10 @@ impl Replay<'_> {
             | Phase::Acquiring {
                 flight: Flight::Replied(AcqReply::Granted(fence)),
                 ..
+            }
+            | Phase::Fast {
+                step: FastStep::Replied(FastReply::Yes(fence)),
+                ..
             } => Some(fence),
             _ => None,
         };
@@ -605,6 +691,7 @@ fn the_scripts_do_what_the_model_says() {
             fences: Vec::new(),
             told: BTreeMap::new(),
             top: None,
+            fast: BTreeMap::new(),
         };
         for (i, (before, action, after)) in trace.iter().enumerate() {
             let step = format!("walk {n} step {i} {action:?}");
@@ -612,6 +699,9 @@ fn the_scripts_do_what_the_model_says() {
             replay.compare(after, &step);
             *covered.entry(kind(*action)).or_default() += 1;
             steps += 1;
+        }
+        for (k, n) in replay.fast {
+            *covered.entry(k).or_default() += n;
         }
     }
     println!(
@@ -639,6 +729,10 @@ fn the_scripts_do_what_the_model_says() {
         "Crash",
         "Restart",
         "Failover",
+        "fast SET NX",
+        "fast grant",
+        "fast resolve",
+        "claimed acquire.lua",
     ];
     let missing: Vec<&str> = every
         .iter()

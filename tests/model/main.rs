@@ -199,7 +199,49 @@ fn probe() {
             one_try: v("O", 0) == 1,
             liveness: v("L", 0) == 1,
             late_changes: v("LATE", 0) == 1,
+            fast: v("FAST", 0),
         },
         &[],
     );
+}
+
+/// The fast path (fast.rs) for both clients' first attempts, with the
+/// client-side faults: the `SET NX` and the reads are two server steps,
+/// every other call may run between them; a lost reply is retried as the
+/// claimed script.
+#[test]
+fn fast_path_client_faults() {
+    model(
+        "fast path, client faults",
+        Config {
+            fast: 2,
+            client_faults: true,
+            one_try: true,
+            ..base()
+        },
+        &["a waiter in line while the lock is held"],
+    );
+}
+
+/// A defect the model found in the fast path (see docs/reliability.md):
+/// a fast key taken back by the claimed script, and a failover to a
+/// replica that missed that script; the same token's next (plain) attempt
+/// finds its fast key, takes it for a grant whose reply was lost, and is
+/// told the fence key's value: a token issued before, to an earlier holder.
+/// Ignored until fixed (the check takes ~30 s); it fails while the defect
+/// is there.
+#[test]
+#[ignore = "open defect of the fast path: run to see the trace"]
+fn fast_path_failover() {
+    let path = discover(
+        Config {
+            fast: 2,
+            horizon: 3,
+            failovers: true,
+            liveness: false,
+            ..base()
+        },
+        "fencing tokens strictly increase",
+    );
+    assert!(path.is_none(), "a repeated fencing token: {path:?}");
 }
