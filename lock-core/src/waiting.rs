@@ -93,6 +93,7 @@ impl<'a> Waiter<'a> {
                 in_line,
                 fence_floor: None,
                 fast: !self.is_listening(),
+                after_fast: self.is_listening(),
             })
             .await;
         if matches!(reply, Ok(Acquired::Busy { .. }))

@@ -935,7 +935,18 @@ impl Model for Protocol {
                     _ => Phase::Idle,
                 };
             }
-            Action::Wake(c) => self.send_acquire(&mut w, c, true, How::Script),
+            // An acquisition that started fast sends every later attempt in
+            // claimed mode: a failover that lost the claimed script's delete
+            // brings the fast key back, and only claimed mode knows it for
+            // a key that was never a grant.
+            Action::Wake(c) => {
+                let how = if c < self.config.fast {
+                    How::Claimed
+                } else {
+                    How::Script
+                };
+                self.send_acquire(&mut w, c, true, how)
+            }
             Action::Cancel(c) => {
                 let ci = usize::from(c);
                 let token = w.clients[ci].token(c);

@@ -231,7 +231,6 @@ fn fast_path_client_faults() {
 /// Ignored until fixed (the check takes ~30 s); it fails while the defect
 /// is there.
 #[test]
-#[ignore = "open defect of the fast path: run to see the trace"]
 fn fast_path_failover() {
     let path = discover(
         Config {

@@ -92,6 +92,12 @@ pub(crate) struct Attempt<'a> {
     /// (a free lock nobody waits for, see `scripts/fast.rs`); later ones
     /// know the lock is contended and go straight to the script.
     pub(crate) fast: bool,
+    /// A later attempt of an acquisition whose first one may have taken the
+    /// fast path: the script goes in claimed mode, so that a fast key of
+    /// this token is never taken for a grant (a failover that lost the
+    /// claimed call's delete brings such a key back; the protocol model's
+    /// `fast_path_failover` check found it).
+    pub(crate) after_fast: bool,
 }
 
 impl<'a> Attempt<'a> {

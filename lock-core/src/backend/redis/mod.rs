@@ -518,10 +518,11 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let fence_floor = attempt.fence_floor;
         // Plain locks only: the family has scripts of its own.
-        let fast = attempt.fast
-            && fence_floor.is_none()
+        let fast_ok = fence_floor.is_none()
             && matches!(attempt.keys.kind, super::family::Kind::Lock)
             && self.topology.fast_path();
+        let fast = attempt.fast && fast_ok;
+        let after_fast = attempt.after_fast && fast_ok;
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
@@ -541,6 +542,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                         in_line,
                         fence_floor,
                         fast: false,
+                        after_fast: false,
                     };
                     return self.family_attempt(&mut con, attempt).await;
                 }
@@ -554,7 +556,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             };
             let first = async {
                 if !fast {
-                    return script(self.topology.connection(), false).await;
+                    return script(self.topology.connection(), after_fast).await;
                 }
                 let mut con = self.topology.connection();
                 match scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl)
@@ -576,7 +578,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     self.gate.unverify();
                     self.verify(keys).await?;
                     self.admit(keys, ttl).await?;
-                    script(self.topology.connection(), fast).await
+                    script(self.topology.connection(), fast || after_fast).await
                 }
                 other => other,
             }

@@ -160,6 +160,7 @@ impl RedlockBackend {
                             fence_floor,
                             // The fence must follow the client's clock.
                             fast: false,
+                            after_fast: false,
                         })
                         .await
                 }
