@@ -330,7 +330,11 @@ async fn minimal_rule_with_cluster_entries_works_on_a_cluster() {
 async fn a_refusal_is_not_retried_until_the_wait_runs_out() {
     let server = start_server();
     create_user(&server, "locker", &["+evalsha"]);
-    let client = connect(&server, "locker").await.expect("connects");
+    // Scripts only (README's rule): the fast path takes a free lock with
+    // no script at all, so a refused EVALSHA would not show at acquire.
+    let client = connect_with(&server, "locker", false)
+        .await
+        .expect("connects");
     let started = std::time::Instant::now();
     let err = client
         .lock("acl:patient")

@@ -99,11 +99,17 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         Value::BulkString(_) => return Ok(Some(Fast::Busy)),
         Value::ServerError(error) => {
             let error: redis::RedisError = error.clone().into();
-            if error.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
-                && !error.to_string().contains("WRONGTYPE")
-            {
+            let refused = match error.kind() {
+                ErrorKind::Server(ServerErrorKind::NoPerm) => true,
+                ErrorKind::Server(ServerErrorKind::ResponseError) => {
+                    !error.to_string().contains("WRONGTYPE")
+                }
+                _ => false,
+            };
+            if refused {
                 // `NX` with `GET` refused after all (a syntax error, a
-                // renamed command): the script serves from now on.
+                // renamed command, an ACL rule): the script serves from now
+                // on (and reports a refusal that concerns it).
                 offered.refuse(Natives::SET_NX_GET);
             }
             if is_retryable(&error) {
