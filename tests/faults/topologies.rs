@@ -160,6 +160,10 @@ fn sentinel_failover_synced() {
 #[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_unsynced() {
+    // Long run only: CI's budget (the synced failover runs there).
+    if skipped_unless_long() {
+        return;
+    }
     let name = "sentinel_failover_unsynced";
     let f = sentinel_unsynced(name, None);
     assert_fenced(name, &f);
