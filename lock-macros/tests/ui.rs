@@ -2,7 +2,7 @@
 //! at the offending token (`tests/ui/*.rs`, messages pinned in `.stderr` files), and
 //! the supported shapes compile without warnings and run (`tests/ui/pass/*.rs`).
 //!
-//! Regenerate the `.stderr` files with `TRYBUILD=overwrite cargo test --test ui`,
+//! Regenerate the `.stderr` files with `TRYBUILD=overwrite cargo test -p leasehold-macros --test ui`,
 //! then review every change.
 
 #[test]
