@@ -3,11 +3,12 @@
 //! and work that must outlast its caller through [`until_answered`].
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::backend::redis::server::ServerBackend;
@@ -24,8 +25,68 @@ pub(super) type Master = Arc<ServerBackend>;
 /// What one master answered, or that it did not.
 pub(super) type NodeReply<T> = Result<T, LockError>;
 
+/// One master's answer to come, with its index.
+type Answer<'a, T> = BoxFuture<'a, (usize, NodeReply<T>)>;
+
 /// The masters' answers as they arrive, each with its master's index.
-pub(super) type Answers<'a, T> = FuturesUnordered<BoxFuture<'a, (usize, NodeReply<T>)>>;
+///
+/// A handful of futures, all polled whenever the task wakes, like
+/// `join_all` of a few. Not a `FuturesUnordered`: that one wakes its own
+/// task and yields whenever it has polled as many futures as it holds and
+/// all were pending, which is every first poll of a fan-out and every poll
+/// of a one-master fan-out; on a multi-threaded runtime each such yield
+/// woke the other worker (a futex call and a thread hop per operation,
+/// measured in S6).
+pub(super) struct Answers<'a, T> {
+    pending: Vec<Answer<'a, T>>,
+}
+
+impl<T> Answers<'_, T> {
+    /// Whether every answer has been taken.
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+impl<T> Default for Answers<'_, T> {
+    fn default() -> Self {
+        Answers {
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<'a, T> FromIterator<Answer<'a, T>> for Answers<'a, T> {
+    fn from_iter<I: IntoIterator<Item = Answer<'a, T>>>(iter: I) -> Self {
+        Answers {
+            pending: iter.into_iter().collect(),
+        }
+    }
+}
+
+impl<T> Stream for Answers<'_, T> {
+    type Item = (usize, NodeReply<T>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.pending.is_empty() {
+            return Poll::Ready(None);
+        }
+        for i in 0..self.pending.len() {
+            if let Some(answer) = self.pending.get_mut(i)
+                && let Poll::Ready(reply) = answer.as_mut().poll(cx)
+            {
+                // The order of the rest does not matter: each carries its index.
+                drop(self.pending.swap_remove(i));
+                return Poll::Ready(Some(reply));
+            }
+        }
+        Poll::Pending
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.pending.len(), Some(self.pending.len()))
+    }
+}
 
 /// The independent masters of one Redlock deployment (a cheap clone).
 #[derive(Clone)]
