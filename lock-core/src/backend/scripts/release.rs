@@ -70,16 +70,17 @@ pub(crate) async fn release<C: ConnectionLike>(
         announce,
         one_server,
     } = telling;
-    // The compact form (one server, announcing to the line with PUBLISH, no
-    // survival mark): the script names the line and channel itself.
-    let compact = one_server
-        && publish == "PUBLISH"
-        && announce == Announce::ToTheLine
-        && mark_survival.is_none();
+    // The compact form (one server, announcing with PUBLISH, no survival
+    // mark): the script names the line and channel itself; a third argument
+    // asks it to announce every release (Redlock).
+    let compact = one_server && publish == "PUBLISH" && mark_survival.is_none();
     let keep = if keep.is_zero() { 0 } else { millis(keep) };
     if compact {
         let mut cmd = evalsha(&SCRIPT, 1);
         cmd.arg(&keys.lock).arg(token).arg(keep);
+        if announce == Announce::Always {
+            cmd.arg(1);
+        }
         return decode(invoke(&SCRIPT, &cmd, con).await?);
     }
     let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 4 } else { 3 });

@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use super::fan_out::{Answers, Master, Masters, NodeReply, Owner, until_answered};
 use crate::backend::scripts::{self, Raise};
-use crate::backend::{Acquired, BoxFuture, Owned};
-use crate::error::LockError;
+use crate::backend::{Acquired, Owned};
 
 /// After a won vote, in the background: raise the counter of every master
 /// that did not grant (it refused, failed, or answers only now) up to the
@@ -35,6 +34,11 @@ impl Levelling {
     /// Start it: `refusing` are the masters that did not grant, `late` the
     /// answers still to come.
     pub(super) fn spawn(self, refusing: Vec<usize>, mut late: Answers<'static, Acquired>) {
+        if refusing.is_empty() && late.is_empty() {
+            // Every master granted in the vote: nothing to level, no task
+            // (the common case on one master, or when all answer at once).
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -106,23 +110,22 @@ pub(super) async fn release_on(
     .await
 }
 
-/// Run `release` as a task of its own, which goes on after its caller
-/// stops waiting (or without a runtime, here), and wait for its answer.
-pub(super) fn in_own_task(
-    server: &str,
-    release: impl Future<Output = NodeReply<Owned>> + Send + 'static,
-) -> BoxFuture<'static, NodeReply<Owned>> {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return Box::pin(release);
-    };
-    let task = runtime.spawn(release);
-    let server = server.to_owned();
-    Box::pin(async move {
-        task.await.unwrap_or_else(|error| {
-            Err(LockError::backend(
-                &server,
-                format!("release task ended: {error}"),
-            ))
-        })
-    })
+/// The releases still under way when the caller has its answer (or is
+/// dropped): they go on in a task of their own, until each master answers
+/// or its lease runs out, so that no copy of the lock is left behind. Only
+/// what is left is spawned, and nothing when every master answered in time
+/// (one task per release at most, none in the common case).
+pub(super) struct Unfinished(pub(super) Answers<'static, Owned>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rest = std::mem::take(&mut self.0);
+        runtime.spawn(rest.for_each(|_| std::future::ready(())));
+    }
 }

@@ -3,11 +3,12 @@
 //! and work that must outlast its caller through [`until_answered`].
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::backend::redis::server::ServerBackend;
@@ -24,8 +25,68 @@ pub(super) type Master = Arc<ServerBackend>;
 /// What one master answered, or that it did not.
 pub(super) type NodeReply<T> = Result<T, LockError>;
 
+/// One master's answer to come, with its index.
+type Answer<'a, T> = BoxFuture<'a, (usize, NodeReply<T>)>;
+
 /// The masters' answers as they arrive, each with its master's index.
-pub(super) type Answers<'a, T> = FuturesUnordered<BoxFuture<'a, (usize, NodeReply<T>)>>;
+///
+/// A handful of futures, all polled whenever the task wakes, like
+/// `join_all` of a few. Not a `FuturesUnordered`: that one wakes its own
+/// task and yields whenever it has polled as many futures as it holds and
+/// all were pending, which is every first poll of a fan-out and, with one
+/// master, every wake-up that leaves its future pending; on a multi-threaded runtime each such yield
+/// woke the other worker (a futex call and a thread hop per operation,
+/// measured in S6).
+pub(super) struct Answers<'a, T> {
+    pending: Vec<Answer<'a, T>>,
+}
+
+impl<T> Answers<'_, T> {
+    /// Whether every answer has been taken.
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+impl<T> Default for Answers<'_, T> {
+    fn default() -> Self {
+        Answers {
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<'a, T> FromIterator<Answer<'a, T>> for Answers<'a, T> {
+    fn from_iter<I: IntoIterator<Item = Answer<'a, T>>>(iter: I) -> Self {
+        Answers {
+            pending: iter.into_iter().collect(),
+        }
+    }
+}
+
+impl<T> Stream for Answers<'_, T> {
+    type Item = (usize, NodeReply<T>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.pending.is_empty() {
+            return Poll::Ready(None);
+        }
+        for i in 0..self.pending.len() {
+            if let Some(answer) = self.pending.get_mut(i)
+                && let Poll::Ready(reply) = answer.as_mut().poll(cx)
+            {
+                // The order of the rest does not matter: each carries its index.
+                drop(self.pending.swap_remove(i));
+                return Poll::Ready(Some(reply));
+            }
+        }
+        Poll::Pending
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.pending.len(), Some(self.pending.len()))
+    }
+}
 
 /// The independent masters of one Redlock deployment (a cheap clone).
 #[derive(Clone)]
@@ -139,5 +200,88 @@ where
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(MAX_RETRY_DELAY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    /// Counts how often the task it stands for is woken.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn answer<T: Send + 'static>(
+        index: usize,
+        rx: tokio::sync::oneshot::Receiver<T>,
+    ) -> Answer<'static, T> {
+        Box::pin(async move {
+            let reply = rx
+                .await
+                .map_err(|_| LockError::backend("test", "sender dropped"));
+            (index, reply)
+        })
+    }
+
+    /// Polling masters that have not answered yet does not wake the
+    /// polling task (a `FuturesUnordered` of one, or of several on its
+    /// first poll, wakes itself and yields: on a multi-threaded runtime
+    /// that woke another worker per operation). Only an answer wakes it,
+    /// and every answer comes out once, then the end.
+    #[test]
+    fn pending_masters_do_not_wake_the_task_and_every_answer_comes_once() {
+        for masters in [1, 3, 5] {
+            let (senders, mut answers): (Vec<_>, Answers<'static, usize>) = {
+                let (tx, rx): (Vec<_>, Vec<_>) = (0..masters)
+                    .map(|_| tokio::sync::oneshot::channel::<usize>())
+                    .unzip();
+                let answers = rx
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, rx)| answer(i, rx))
+                    .collect();
+                (tx, answers)
+            };
+            let wakes = Arc::new(Wakes::default());
+            let waker = Waker::from(wakes.clone());
+            let mut cx = Context::from_waker(&waker);
+            for _ in 0..3 {
+                assert!(Pin::new(&mut answers).poll_next(&mut cx).is_pending());
+            }
+            assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "{masters} masters");
+
+            let mut seen = Vec::new();
+            for (i, tx) in senders.into_iter().enumerate().rev() {
+                assert!(tx.send(i * 10).is_ok());
+                assert!(
+                    wakes.0.load(Ordering::SeqCst) > 0,
+                    "an answer wakes the task"
+                );
+                match Pin::new(&mut answers).poll_next(&mut cx) {
+                    Poll::Ready(Some((index, Ok(value)))) => seen.push((index, value)),
+                    other => panic!(
+                        "expected master {i}'s answer, got {:?}",
+                        other.map(|o| o.map(|(i, _)| i))
+                    ),
+                }
+                wakes.0.store(0, Ordering::SeqCst);
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..masters).map(|i| (i, i * 10)).collect::<Vec<_>>());
+            assert!(answers.is_empty());
+            assert!(matches!(
+                Pin::new(&mut answers).poll_next(&mut cx),
+                Poll::Ready(None)
+            ));
+        }
     }
 }

@@ -53,7 +53,7 @@ mod tally;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::server::Server;
@@ -65,7 +65,7 @@ use crate::backend::{
 };
 use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
-use background::{Levelling, in_own_task, release_on};
+use background::{Levelling, Unfinished, release_on};
 use fan_out::{Answers, Masters, NodeReply, Owner};
 use tally::{Outcome, Quorum, Tally};
 
@@ -182,12 +182,15 @@ impl RedlockBackend {
                 break;
             }
         }
-        // After a won vote, only the grants already in are counted.
-        let grace = if tally.won() {
-            Duration::ZERO
-        } else {
-            (self.node_timeout(ttl) / 4).min(SETTLE_GRACE)
-        };
+        // After a won vote, only the grants already in are counted (no
+        // timer for that).
+        if tally.won() {
+            while let Some(Some((index, reply))) = pending.next().now_or_never() {
+                tally.count_late(index, reply);
+            }
+            return tally;
+        }
+        let grace = (self.node_timeout(ttl) / 4).min(SETTLE_GRACE);
         let _ = tokio::time::timeout(grace, async {
             while let Some((index, reply)) = pending.next().await {
                 tally.count_late(index, reply);
@@ -258,7 +261,7 @@ impl RedlockBackend {
     async fn decide_release(
         &self,
         keys: &LockKeys,
-        mut pending: Answers<'_, Owned>,
+        pending: &mut Answers<'_, Owned>,
     ) -> Result<Owned, LockError> {
         let until = Instant::now() + self.response_timeout;
         let mut answers = vec![None; self.masters.len()];
@@ -393,20 +396,26 @@ impl Backend for RedlockBackend {
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
-            // Each master is released by a task of its own, which goes on
-            // after this returns (or is dropped): the masters that do not
-            // answer in time keep being tried until they do or the lease
-            // runs out, while the caller has its answer from the majority.
+            // Every master is asked at once; those that have not answered
+            // when a majority decided (or when the caller drops this) go on
+            // in the background ([`Unfinished`]), tried again until they
+            // answer or the lease runs out, while the caller has its answer
+            // from the majority.
             let lock = Owner::new(keys, token);
             let per_try = self.response_timeout;
-            let pending = self.masters.ask(0..self.masters.len(), per_try, |master| {
-                let server = master.server().to_owned();
-                in_own_task(
-                    &server,
-                    release_on(master, lock.clone(), keep, deadline, per_try),
-                )
-            });
-            let outcome = self.decide_release(keys, pending).await;
+            let mut pending = Unfinished(
+                self.masters
+                    .iter()
+                    .enumerate()
+                    .map(|(index, master)| {
+                        let release =
+                            release_on(master.clone(), lock.clone(), keep, deadline, per_try);
+                        Box::pin(async move { (index, release.await) }) as BoxFuture<'static, _>
+                    })
+                    .collect(),
+            );
+            let outcome = self.decide_release(keys, &mut pending.0).await;
+            drop(pending);
             if let Ok(Owned::Yes) = outcome {
                 self.wakeups
                     .announce(&keys.channel, Announcement::Free(token));
