@@ -48,6 +48,17 @@ impl Shape {
         }
     }
 
+    /// The `kind` label of its metrics (see [`crate::observability`]).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Shape::Lock => "lock",
+            Shape::Semaphore(_) => "semaphore",
+            Shape::Read => "read",
+            Shape::Write => "write",
+            Shape::All(_) => "all",
+        }
+    }
+
     /// The Redis names of `key` (the first key of `lock_all`) for this shape.
     pub(crate) fn keys(&self, prefix: &str, key: &str) -> LockKeys {
         let kind = match self {

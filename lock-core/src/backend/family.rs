@@ -62,6 +62,20 @@ pub(crate) enum Kind {
     All(Arc<AllKeys>),
 }
 
+impl Kind {
+    /// The `kind` label of a held lease's metrics (as
+    /// `Shape::kind_name` names the request's).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Semaphore { .. } => "semaphore",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::All(_) => "all",
+        }
+    }
+}
+
 /// The plain locks of one `lock_all`, and the fencing tokens its grant
 /// issued (set by the backend when it grants them all).
 #[derive(Debug)]
