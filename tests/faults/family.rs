@@ -19,7 +19,9 @@
 
 use std::time::Duration;
 
-use crate::scenarios::{LONG, Plan, Run, TTL, assert_family_safe, long_run, run, scaled, sleep};
+use crate::scenarios::{
+    LONG, Plan, Run, SHORT, TTL, assert_family_safe, long_run, run, scaled, sleep,
+};
 use crate::support::ProxyMode;
 use crate::workload::WorkKind;
 
@@ -92,7 +94,7 @@ fn inject(run: &mut Run, fault: Fault) {
             // data, and it must not write once another holder started.
             sleep(LONG - Duration::from_millis(100));
             run.lock_mut().restart();
-            sleep(TTL);
+            sleep(TTL / 2);
         }
     }
 }
@@ -102,6 +104,11 @@ fn inject(run: &mut Run, fault: Fault) {
 fn family(name: &'static str, kind: &str, faults: &[Fault], repeat: u32) {
     let mut plan = Plan::new(name);
     plan.kind = kind_of(kind);
+    // One long body in 8 (the lock's scenarios: 1 in 16): each fault waits
+    // for a long holder, and the family's exclusive kinds run fewer
+    // sections per second than the lock.
+    plan.bodies = vec![SHORT; 7];
+    plan.bodies.push(LONG);
     plan.via_proxy = plan.workers / 2;
     plan.restart_grace = Some(TTL);
     plan.lock_server_args = vec!["--enable-debug-command", "yes"];
@@ -110,7 +117,7 @@ fn family(name: &'static str, kind: &str, faults: &[Fault], repeat: u32) {
     let f = run(
         plan,
         Duration::from_secs(1),
-        Duration::from_secs(1),
+        Duration::from_millis(500),
         |run| {
             for fault in &faults {
                 for _ in 0..repeat {
