@@ -411,7 +411,9 @@ impl Worker {
         match &self.cfg.kind {
             WorkKind::Lock => Role::Lock,
             WorkKind::Semaphore(n) => Role::Permit(*n),
-            WorkKind::ReadWrite { writer_every } if at % (*writer_every).max(1) == 0 => Role::Write,
+            WorkKind::ReadWrite { writer_every } if at.is_multiple_of((*writer_every).max(1)) => {
+                Role::Write
+            }
             WorkKind::ReadWrite { .. } => Role::Read,
             WorkKind::All(sets) => Role::All(sets[(self.cfg.id + at) % sets.len()].clone()),
         }
