@@ -15,6 +15,7 @@ use crate::backend::family::{AllKeys, Kind};
 use crate::error::LockError;
 use crate::limits::validate_key;
 use crate::request::{LockRequest, Shared};
+use crate::telemetry::LeaseKind;
 
 /// What a [`LockRequest`] asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,13 +50,13 @@ impl Shape {
     }
 
     /// The `kind` label of its metrics (see [`crate::observability`]).
-    pub(crate) fn kind_name(&self) -> &'static str {
+    pub(crate) fn lease_kind(&self) -> LeaseKind {
         match self {
-            Shape::Lock => "lock",
-            Shape::Semaphore(_) => "semaphore",
-            Shape::Read => "read",
-            Shape::Write => "write",
-            Shape::All(_) => "all",
+            Shape::Lock => LeaseKind::Lock,
+            Shape::Semaphore(_) => LeaseKind::Semaphore,
+            Shape::Read => LeaseKind::Read,
+            Shape::Write => LeaseKind::Write,
+            Shape::All(_) => LeaseKind::All,
         }
     }
 

@@ -97,7 +97,7 @@ impl Lease {
     ) -> Arc<Lease> {
         let metrics = LeaseMetrics::start(
             &keys.key,
-            keys.kind.name(),
+            keys.kind.lease_kind(),
             issuer.metrics_key_label,
             acquired_at,
         );

@@ -59,24 +59,66 @@ fn millis(d: Duration) -> u64 {
 // `write`, `all`: the `kind` label of every series but
 // `leasehold_errors_total`, whose `kind` is the error's). `$key` is `Some`
 // only when the client opted into the key label.
-// Names are literals so that the `metrics` macros build their keys as
-// statics: no hashing per call when no recorder is installed.
+// Names and the `kind` values are literals so that the `metrics` macros
+// build their keys as statics: no hashing per call when no recorder is
+// installed.
+
+/// Which member of the lock family a series is about: the `kind` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseKind {
+    Lock,
+    Semaphore,
+    Read,
+    Write,
+    All,
+}
+
+impl LeaseKind {
+    /// The label's value.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LeaseKind::Lock => "lock",
+            LeaseKind::Semaphore => "semaphore",
+            LeaseKind::Read => "read",
+            LeaseKind::Write => "write",
+            LeaseKind::All => "all",
+        }
+    }
+}
+
+/// The handle of `$name` with the `kind` label alone, its key a static.
+#[cfg(feature = "metrics")]
+macro_rules! unkeyed {
+    ($macro:ident, $name:literal, $kind:expr) => {
+        match $kind {
+            LeaseKind::Lock => metrics::$macro!($name, "kind" => "lock"),
+            LeaseKind::Semaphore => metrics::$macro!($name, "kind" => "semaphore"),
+            LeaseKind::Read => metrics::$macro!($name, "kind" => "read"),
+            LeaseKind::Write => metrics::$macro!($name, "kind" => "write"),
+            LeaseKind::All => metrics::$macro!($name, "kind" => "all"),
+        }
+    };
+}
 
 #[cfg(feature = "metrics")]
 macro_rules! count {
     ($name:literal, $kind:expr, $key:expr) => {
         match $key {
-            None => metrics::counter!($name, "kind" => $kind).increment(1),
+            None => unkeyed!(counter, $name, $kind).increment(1),
             Some(key) => {
-                metrics::counter!($name, "kind" => $kind, "key" => key.to_owned()).increment(1)
+                metrics::counter!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .increment(1)
             }
         }
     };
     ($name:literal, $kind:expr, $label:literal => $value:expr, $key:expr) => {
         match $key {
-            None => metrics::counter!($name, "kind" => $kind, $label => $value).increment(1),
+            None => {
+                metrics::counter!($name, "kind" => $kind.name(), $label => $value).increment(1)
+            }
             Some(key) => metrics::counter!(
-                $name, "kind" => $kind, $label => $value, "key" => key.to_owned()
+                $name, "kind" => $kind.name(), $label => $value, "key" => key.to_owned()
             )
             .increment(1),
         }
@@ -101,9 +143,10 @@ macro_rules! seconds {
     ($name:literal, $kind:expr, $key:expr, $value:expr) => {{
         let value = $value.as_secs_f64();
         match $key {
-            None => metrics::histogram!($name, "kind" => $kind).record(value),
+            None => unkeyed!(histogram, $name, $kind).record(value),
             Some(key) => {
-                metrics::histogram!($name, "kind" => $kind, "key" => key.to_owned()).record(value)
+                metrics::histogram!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .record(value)
             }
         }
     }};
@@ -113,9 +156,10 @@ macro_rules! seconds {
 macro_rules! gauge {
     ($name:literal, $kind:expr, $key:expr, $delta:expr) => {
         match $key {
-            None => metrics::gauge!($name, "kind" => $kind).increment($delta),
+            None => unkeyed!(gauge, $name, $kind).increment($delta),
             Some(key) => {
-                metrics::gauge!($name, "kind" => $kind, "key" => key.to_owned()).increment($delta)
+                metrics::gauge!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .increment($delta)
             }
         }
     };
@@ -188,7 +232,7 @@ pub(crate) enum AcquireOutcome<'a> {
 pub(crate) struct Acquisition {
     span: Span,
     /// The `kind` label: which primitive is acquired.
-    kind: &'static str,
+    kind: LeaseKind,
     key: Option<Box<str>>,
     /// When the request started: only read when metrics are on or the
     /// span is enabled.
@@ -206,7 +250,7 @@ pub(crate) struct Acquisition {
 impl Acquisition {
     pub(crate) fn start(
         key: &str,
-        kind: &'static str,
+        kind: LeaseKind,
         wait: Duration,
         ttl: Duration,
         key_opt_in: bool,
@@ -351,7 +395,7 @@ impl Drop for Acquisition {
 /// attempt, like the lease's validity: no clock reading of its own).
 pub(crate) struct LeaseMetrics {
     /// The `kind` label: which primitive is held.
-    kind: &'static str,
+    kind: LeaseKind,
     key: Option<Box<str>>,
     #[cfg(feature = "metrics")]
     since: Instant,
@@ -363,7 +407,7 @@ impl LeaseMetrics {
     /// A lease won by the attempt sent at `acquired_at`.
     pub(crate) fn start(
         key: &str,
-        kind: &'static str,
+        kind: LeaseKind,
         key_opt_in: bool,
         acquired_at: Instant,
     ) -> Self {

@@ -41,6 +41,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::LockKeys;
+use crate::telemetry::LeaseKind;
 
 /// Which primitive the names of a [`LockKeys`] belong to.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -64,14 +65,14 @@ pub(crate) enum Kind {
 
 impl Kind {
     /// The `kind` label of a held lease's metrics (as
-    /// `Shape::kind_name` names the request's).
-    pub(crate) fn name(&self) -> &'static str {
+    /// `Shape::lease_kind` names the request's).
+    pub(crate) fn lease_kind(&self) -> LeaseKind {
         match self {
-            Kind::Lock => "lock",
-            Kind::Semaphore { .. } => "semaphore",
-            Kind::Read => "read",
-            Kind::Write => "write",
-            Kind::All(_) => "all",
+            Kind::Lock => LeaseKind::Lock,
+            Kind::Semaphore { .. } => LeaseKind::Semaphore,
+            Kind::Read => LeaseKind::Read,
+            Kind::Write => LeaseKind::Write,
+            Kind::All(_) => LeaseKind::All,
         }
     }
 }
