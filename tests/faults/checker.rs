@@ -37,6 +37,8 @@ pub struct Figures {
     /// Two grants of one fence key (or of one key of `lock_all`) with the
     /// same token; for a semaphore, the store's `unique` fence counts them.
     pub token_duplicates: usize,
+    /// The first overlapping pair, for the report.
+    pub overlap_sample: String,
     /// The same, involving the frozen section (no lock prevents these).
     pub frozen_overlapping_writes: usize,
     /// Completed counter writes that the final counter does not show.
@@ -119,6 +121,22 @@ impl Figures {
             for b in &sections[i + 1..] {
                 if a.start < b.end && b.start < a.end && a.conflicts(b) {
                     f.overlaps += 1;
+                    if f.overlap_sample.is_empty() {
+                        f.overlap_sample = format!(
+                            "{} {} [{}, {}) {} and {} {} [{}, {}) {}, {} ns together",
+                            a.id(),
+                            a.role,
+                            a.start,
+                            a.end,
+                            a.outcome,
+                            b.id(),
+                            b.role,
+                            b.start,
+                            b.end,
+                            b.outcome,
+                            a.end.min(b.end) - a.start.max(b.start),
+                        );
+                    }
                 }
             }
             for b in sections {
@@ -356,4 +374,71 @@ pub fn read_logs(dir: &Path) -> (Vec<SectionRecord>, Vec<String>) {
         }
     }
     (sections, errors)
+}
+
+/// The checker itself: each per-kind invariant counts a violation made up
+/// for it, and nothing where the kind allows it.
+#[test]
+fn checker_counts_the_familys_violations() {
+    let section = |proc: usize, role: &str, token: u64, start: u64, end: u64| SectionRecord {
+        proc,
+        seq: token,
+        token,
+        start,
+        end,
+        role: role.to_owned(),
+        outcome: "ok".to_owned(),
+        ..SectionRecord::default()
+    };
+    let no_counters = HashMap::new();
+
+    // Three permits: three at once is fine, a fourth is one too many.
+    let permits: Vec<_> = (0..4)
+        .map(|i| section(i, "s3", 10 + i as u64, 100 + i as u64, 200))
+        .collect();
+    let f = Figures::compute(&permits[..3], &[], &no_counters);
+    assert_eq!(
+        (f.over_permits, f.max_holders, f.overlaps),
+        (0, 3, 0),
+        "{f}"
+    );
+    let f = Figures::compute(&permits, &[], &no_counters);
+    assert_eq!((f.over_permits, f.max_holders), (1, 4), "{f}");
+
+    // Readers share; a writer with a reader does not.
+    let readers = [section(0, "r", 1, 100, 200), section(1, "r", 2, 150, 250)];
+    assert_eq!(Figures::compute(&readers, &[], &no_counters).overlaps, 0);
+    let mixed = [section(0, "r", 1, 100, 200), section(1, "w", 2, 150, 250)];
+    let f = Figures::compute(&mixed, &[], &no_counters);
+    assert_eq!(f.overlaps, 1, "{f}");
+    // A writer after a reader with an older token: a regression.
+    let back = [section(0, "r", 5, 100, 200), section(1, "w", 4, 300, 400)];
+    assert_eq!(
+        Figures::compute(&back, &[], &no_counters).token_regressions,
+        1
+    );
+
+    // lock_all: two holders of `b` at once conflict; of `a` and `c`, not.
+    let shared = [
+        section(0, "a:a=1,b=2", 1, 100, 200),
+        section(1, "a:b=3,c=4", 3, 150, 250),
+    ];
+    assert_eq!(Figures::compute(&shared, &[], &no_counters).overlaps, 1);
+    let apart = [
+        section(0, "a:a=1", 1, 100, 200),
+        section(1, "a:c=4", 4, 150, 250),
+    ];
+    assert_eq!(Figures::compute(&apart, &[], &no_counters).overlaps, 0);
+    // A token of one key issued twice.
+    let twice = [
+        section(0, "a:a=1,b=2", 1, 100, 200),
+        section(1, "a:b=2", 2, 300, 400),
+    ];
+    let f = Figures::compute(&twice, &[], &no_counters);
+    assert_eq!((f.token_duplicates, f.token_regressions), (1, 1), "{f}");
+
+    // A semaphore's fenced write refused by the `unique` store: a repeat.
+    let log = ["0.0.10 10 1 -".to_owned(), "1.0.11 10 0 -".to_owned()];
+    let f = Figures::compute(&permits[..2], &log, &no_counters);
+    assert_eq!(f.token_duplicates, 1, "{f}");
 }

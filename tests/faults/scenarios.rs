@@ -452,6 +452,12 @@ pub(crate) fn run(
             run.plan.name, figures.error_sample
         );
     }
+    if !figures.overlap_sample.is_empty() {
+        println!(
+            "faults {:<22} first overlap: {}",
+            run.plan.name, figures.overlap_sample
+        );
+    }
     if std::env::var_os("LEASEHOLD_FAULTS_KEEP").is_some() {
         println!(
             "faults {:<22} logs kept in {}",
