@@ -212,6 +212,10 @@ pub struct SectionRecord {
     pub end: u64,
     pub frozen: bool,
     pub outcome: String,
+    /// A family section's validity deadline, as its guard last told it (0:
+    /// not known; not logged): a body dropped at the loss of its lease
+    /// ends at this deadline, not later when its process got to run.
+    pub valid_until: u64,
     /// What the section took: `l` (lock), `s<permits>`, `r`, `w`, or
     /// `a:<key>=<token>,...` (lock_all: every key's own token).
     pub role: String,
@@ -273,6 +277,7 @@ impl SectionRecord {
             frozen: f[11] == "1",
             outcome: f[12].to_owned(),
             role: f[13].to_owned(),
+            valid_until: 0,
         })
     }
 
@@ -559,32 +564,53 @@ impl Worker {
         body: Duration,
         role: &Role,
     ) -> Result<(), LockError> {
-        if !matches!(role, Role::All(_)) {
+        if *role == Role::Lock {
             return self
                 .request_for(role)
                 .run(self.body(record, body, role))
                 .await;
         }
-        // `lock_all` offers every key's token on the guard only.
+        // The family holds a guard: `lock_all` offers every key's token on
+        // it only, and its validity deadline is read from it.
         let guard = self.request_for(role).acquire().await?;
         {
             let mut r = lock(record);
             r.token = guard.fencing_token();
-            let mut tokens = Vec::new();
-            for lane in role.lanes() {
-                let token = guard
-                    .fencing_token_of(&format!("{}:{lane}", self.cfg.ns))
-                    .unwrap_or(0);
-                tokens.push(format!("{lane}={token}"));
+            if let Role::All(_) = role {
+                let mut tokens = Vec::new();
+                for lane in role.lanes() {
+                    let token = guard
+                        .fencing_token_of(&format!("{}:{lane}", self.cfg.ns))
+                        .unwrap_or(0);
+                    tokens.push(format!("{lane}={token}"));
+                }
+                r.role = format!("a:{}", tokens.join(","));
             }
-            r.role = format!("a:{}", tokens.join(","));
         }
+        // The deadline as the guard knows it, read again and again while
+        // held: a renewal moves it, a loss fixes it (the last value read
+        // is then the deadline that passed).
+        let watch = async {
+            loop {
+                let deadline = now_ns() + guard.remaining().as_nanos() as u64;
+                if guard.is_held() {
+                    lock(record).valid_until = deadline;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
         tokio::select! {
-            () = self.body(record, body, role) => guard.release().await,
+            () = self.body(record, body, role) => {
+                // As `run` does: the body finished; a failed release (the
+                // lease lapsed meanwhile) is not the section's failure.
+                let _ = guard.release().await;
+                Ok(())
+            }
             () = guard.lost() => Err(LockError::Lost {
                 key: guard.key().to_owned(),
                 cause: guard.lost_cause().unwrap_or(leasehold::LostCause::Expired),
             }),
+            () = watch => unreachable!("the watch never ends"),
         }
     }
 
@@ -697,15 +723,20 @@ impl Worker {
 }
 
 /// Ends a section's interval when its body is dropped (the lease was lost):
-/// the interval is then the holder's validity as its process saw it, not
-/// the time `run` took to return after the loss.
+/// at the drop, not when `run` returned after the loss; for the family, at
+/// the validity deadline its guard knew if that came first (the drop comes
+/// when the process next runs, measured once 25 ms late on a loaded
+/// machine: the lease was no longer valid then).
 struct EndOnDrop<'a>(&'a Mutex<SectionRecord>);
 
 impl Drop for EndOnDrop<'_> {
     fn drop(&mut self) {
         let mut r = lock(self.0);
         if r.start != 0 && r.end == 0 {
-            r.end = now_ns();
+            r.end = match now_ns() {
+                now if r.valid_until != 0 => now.min(r.valid_until),
+                now => now,
+            };
         }
     }
 }
