@@ -10,8 +10,9 @@
 //! permit holders inside their intervals at once; never a writer with
 //! anyone else; never two holders of one key of `lock_all`; the writers'
 //! and each key's fenced writes never stale; no token issued twice. Each
-//! interval runs from the grant to the end of the body, or to its drop
-//! when the lease was lost (its validity as the holder saw it).
+//! interval runs from the grant to the end of the body or, when the lease
+//! was lost, to the validity deadline the guard knew (or the body's drop,
+//! if sooner): the holder's validity.
 //!
 //! The bounded run has one scenario per kind that meets each fault once
 //! (`family_<kind>_faults`); `LEASEHOLD_FAULTS_LONG=1` adds one scenario

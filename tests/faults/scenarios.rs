@@ -493,8 +493,9 @@ pub(crate) fn assert_safe(name: &str, f: &Figures) {
 }
 
 /// What a family scenario requires besides [`assert_safe`]: its sections'
-/// intervals (from the grant to the end of the body, or to its drop when
-/// the lease was lost) never hold together where they may not.
+/// intervals (from the grant to the end of the body or, when the lease was
+/// lost, to the deadline its guard knew) never hold together where they
+/// may not.
 pub(crate) fn assert_family_safe(name: &str, f: &Figures) {
     assert_safe(name, f);
     assert_eq!(f.overlaps, 0, "{name}: two holders at once: {f}");
