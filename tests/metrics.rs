@@ -2,7 +2,8 @@
 //! recorder, after a known sequence of operations (acquire, busy, a wait
 //! handed off by a release, release, a lost lease, a release of a lost
 //! lease) on the in-memory backend, the fault kit's store and a real
-//! `redis-server`; and the `key` label only when the client opted in.
+//! `redis-server`; the `key` label only when the client opted in; and the
+//! `kind` label of the lock family's members.
 //!
 //! The recorder is process-wide and a snapshot resets what it read, so the
 //! tests of this file take turns (`TURN`) and each asserts the values
@@ -66,11 +67,17 @@ impl Recorded {
         Recorded(map)
     }
 
+    /// The series of `name` with exactly `labels`; `kind` (the lock's
+    /// kind) is `lock` unless given (`leasehold_errors_total`'s `kind` is
+    /// the error's, always given).
     fn get(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> Option<&DebugValue> {
         let mut labels: Vec<(String, String)> = labels
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
+        if !labels.iter().any(|(k, _)| k == "kind") {
+            labels.push(("kind".to_owned(), "lock".to_owned()));
+        }
         labels.sort();
         self.0.get(&(kind, name.to_owned(), labels))
     }
@@ -356,4 +363,118 @@ async fn key_label_only_when_opted_in() {
         true,
     )
     .await;
+}
+
+/// Every series of a semaphore, a rw lock and a `lock_all` carries its
+/// kind: `semaphore`, `read`, `write`, `all` (a plain lock's is `lock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_label_of_the_family() {
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    let mine = LockClient::connect(&server.url()).await.unwrap();
+    let theirs = LockClient::connect(&server.url()).await.unwrap();
+    Recorded::take(); // start from zero
+
+    // A semaphore of one permit: acquired, busy for another, released.
+    let permit = mine.semaphore("kinds:sem", 1).acquire().await.unwrap();
+    assert!(
+        theirs
+            .semaphore("kinds:sem", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A rw lock: two readers, a writer busy meanwhile, then the writer.
+    let rw = mine.rw_lock("kinds:rw");
+    let (r1, r2) = (
+        rw.read().acquire().await.unwrap(),
+        theirs.rw_lock("kinds:rw").read().acquire().await.unwrap(),
+    );
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    let now = Recorded::take();
+    let kind = |k: &'static str| [("kind", k)];
+    assert_eq!(
+        now.counter("leasehold_acquired_total", &kind("semaphore")),
+        1,
+        "{:?}",
+        now.series()
+    );
+    assert_eq!(now.counter("leasehold_busy_total", &kind("semaphore")), 1);
+    assert_eq!(now.gauge("leasehold_leases_held", &kind("semaphore")), 1.0);
+    assert_eq!(now.counter("leasehold_acquired_total", &kind("read")), 2);
+    assert_eq!(now.gauge("leasehold_leases_held", &kind("read")), 2.0);
+    assert_eq!(now.counter("leasehold_busy_total", &kind("write")), 1);
+    assert_eq!(
+        now.samples("leasehold_acquire_seconds", &kind("read"))
+            .len(),
+        2
+    );
+    // Nothing of these was counted as a plain lock.
+    assert_eq!(now.counter("leasehold_acquired_total", &kind("lock")), 0);
+    assert_eq!(now.counter("leasehold_busy_total", &kind("lock")), 0);
+
+    permit.release().await.unwrap();
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let writer = rw.write().acquire().await.unwrap();
+    writer.release().await.unwrap();
+    let both = mine
+        .lock_all(["kinds:b", "kinds:a"])
+        .acquire()
+        .await
+        .unwrap();
+    both.release().await.unwrap();
+    let now = Recorded::take();
+    assert_eq!(
+        now.counter("leasehold_released_total", &kind("semaphore")),
+        1
+    );
+    assert_eq!(now.counter("leasehold_released_total", &kind("read")), 2);
+    assert_eq!(now.counter("leasehold_acquired_total", &kind("write")), 1);
+    assert_eq!(now.counter("leasehold_released_total", &kind("write")), 1);
+    assert_eq!(now.counter("leasehold_acquired_total", &kind("all")), 1);
+    assert_eq!(now.counter("leasehold_released_total", &kind("all")), 1);
+    assert_eq!(
+        now.samples("leasehold_hold_seconds", &kind("read")).len(),
+        2
+    );
+    // Held before this snapshot and released since: -1 permit, -2 readers;
+    // the writer and `lock_all` came and went.
+    for (k, change) in [
+        ("semaphore", -1.0),
+        ("read", -2.0),
+        ("write", 0.0),
+        ("all", 0.0),
+    ] {
+        assert_eq!(
+            now.gauge("leasehold_leases_held", &kind(k)),
+            change,
+            "{k}: {:?}",
+            now.series()
+        );
+    }
+
+    // A lost permit: `leasehold_lost_total{kind="semaphore",cause=...}`.
+    let short = mine
+        .semaphore("kinds:sem", 1)
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    short.lost().await;
+    let now = Recorded::take();
+    assert_eq!(
+        now.counter(
+            "leasehold_lost_total",
+            &[("kind", "semaphore"), ("cause", "expired")]
+        ),
+        1,
+        "{:?}",
+        now.series()
+    );
+    // Every series recorded names a kind.
+    for series in now.series() {
+        assert!(series.contains("\"kind\""), "{series}");
+    }
 }

@@ -15,6 +15,7 @@ use crate::backend::family::{AllKeys, Kind};
 use crate::error::LockError;
 use crate::limits::validate_key;
 use crate::request::{LockRequest, Shared};
+use crate::telemetry::LeaseKind;
 
 /// What a [`LockRequest`] asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +46,17 @@ impl Shape {
             )),
             Shape::All(keys) => keys.iter().try_for_each(|key| validate_key(key)),
             _ => Ok(()),
+        }
+    }
+
+    /// The `kind` label of its metrics (see [`crate::observability`]).
+    pub(crate) fn lease_kind(&self) -> LeaseKind {
+        match self {
+            Shape::Lock => LeaseKind::Lock,
+            Shape::Semaphore(_) => LeaseKind::Semaphore,
+            Shape::Read => LeaseKind::Read,
+            Shape::Write => LeaseKind::Write,
+            Shape::All(_) => LeaseKind::All,
         }
     }
 

@@ -95,7 +95,12 @@ impl Lease {
         settings: LeaseSettings,
         acquired_at: Instant,
     ) -> Arc<Lease> {
-        let metrics = LeaseMetrics::start(&keys.key, issuer.metrics_key_label, acquired_at);
+        let metrics = LeaseMetrics::start(
+            &keys.key,
+            keys.kind.lease_kind(),
+            issuer.metrics_key_label,
+            acquired_at,
+        );
         // Plain locks only: the family's scripts write their tokens.
         let recorded = !issuer.backend.records_lazily()
             || !matches!(keys.kind, crate::backend::family::Kind::Lock);

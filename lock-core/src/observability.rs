@@ -61,17 +61,26 @@
 //!
 //! | name | type | labels | what |
 //! | --- | --- | --- | --- |
-//! | `leasehold_acquired_total` | counter | | acquisitions that won the lock from the backend (re-entries are not counted) |
-//! | `leasehold_busy_total` | counter | | acquisitions that gave up because the lock stayed busy (`Busy`, `try_acquire` returning `None`) |
-//! | `leasehold_lost_total` | counter | `cause` | leases lost while held |
-//! | `leasehold_renewal_failures_total` | counter | | watchdog renewals of a lease that did not succeed: refused by the server, or a failed call (counted per lease in the batch, per try) |
-//! | `leasehold_released_total` | counter | | releases confirmed by the backend |
-//! | `leasehold_errors_total` | counter | `kind` | errors returned by `acquire` (busy excepted), `release` and `extend`, by kind |
-//! | `leasehold_acquire_seconds` | histogram | | duration of acquisitions that won the lock, waiting included |
-//! | `leasehold_wait_seconds` | histogram | | time spent waiting for a busy lock: from the first busy reply to the lock won, or given up (only acquisitions that waited) |
-//! | `leasehold_hold_seconds` | histogram | | how long a lease was held: from acquisition to release or loss |
-//! | `leasehold_leases_held` | gauge | | leases held now by this process |
-//! | `leasehold_waiters` | gauge | | acquisitions of this process waiting for a busy lock now |
+//! | `leasehold_acquired_total` | counter | `kind` | acquisitions that won the lock from the backend (re-entries are not counted) |
+//! | `leasehold_busy_total` | counter | `kind` | acquisitions that gave up because the lock stayed busy (`Busy`, `try_acquire` returning `None`) |
+//! | `leasehold_lost_total` | counter | `kind`, `cause` | leases lost while held |
+//! | `leasehold_renewal_failures_total` | counter | `kind` | watchdog renewals of a lease that did not succeed: refused by the server, or a failed call (counted per lease in the batch, per try) |
+//! | `leasehold_released_total` | counter | `kind` | releases confirmed by the backend |
+//! | `leasehold_errors_total` | counter | `kind` (of the error) | errors returned by `acquire` (busy excepted), `release` and `extend`, by kind |
+//! | `leasehold_acquire_seconds` | histogram | `kind` | duration of acquisitions that won the lock, waiting included |
+//! | `leasehold_wait_seconds` | histogram | `kind` | time spent waiting for a busy lock: from the first busy reply to the lock won, or given up (only acquisitions that waited) |
+//! | `leasehold_hold_seconds` | histogram | `kind` | how long a lease was held: from acquisition to release or loss |
+//! | `leasehold_leases_held` | gauge | `kind` | leases held now by this process |
+//! | `leasehold_waiters` | gauge | `kind` | acquisitions of this process waiting for a busy lock now |
+//!
+//! **The `kind` label** of every metric but `leasehold_errors_total` names
+//! the member of the lock family: `lock` (`LockClient::lock`), `semaphore`
+//! (a permit of `LockClient::semaphore`), `read` and `write` (the sides of
+//! `LockClient::rw_lock`) and `all` (`LockClient::lock_all`, one series
+//! point per acquisition whatever the number of its keys). Sum over it for
+//! every lease of the process; five values at most, so it never multiplies
+//! series much. `leasehold_errors_total` keeps `kind` for the error's kind
+//! (below): its errors are not split by the lock's kind.
 //!
 //! **The `key` label.** Only a client built with
 //! `LockClientBuilder::metrics_key_label(true)` adds a `key` label (the
@@ -86,6 +95,7 @@
 //! - leases lost, by cause: `rate(leasehold_lost_total)` by `cause` (alert on any `refused`, `unreachable` or `restarted`);
 //! - renewal trouble: `rate(leasehold_renewal_failures_total)` (alert when above zero for minutes);
 //! - errors by kind: `rate(leasehold_errors_total)` by `kind` (`backend`, `quorum`: Redis trouble);
+//! - acquisitions per primitive: `rate(leasehold_acquired_total)` by `kind` (`lock`, `semaphore`, `read`, `write`, `all`);
 //! - acquire latency p50 / p99: `leasehold_acquire_seconds`;
 //! - time spent waiting p99: `leasehold_wait_seconds`;
 //! - hold time p50 / p99 / max: `leasehold_hold_seconds` (a job's duration, as held);

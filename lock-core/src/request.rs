@@ -172,6 +172,7 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let mut observed = Acquisition::start(
             &self.key,
+            self.shape.lease_kind(),
             self.wait,
             self.ttl,
             self.client.settings.metrics_key_label,

@@ -55,23 +55,84 @@ fn millis(d: Duration) -> u64 {
 }
 
 // The metric recording macros: real with the `metrics` feature, nothing
-// without. `$key` is `Some` only when the client opted into the key label.
-// Names are literals so that the `metrics` macros build their keys as
-// statics: no hashing per call when no recorder is installed.
+// without. `$kind` is the lock's kind (`lock`, `semaphore`, `read`,
+// `write`, `all`: the `kind` label of every series but
+// `leasehold_errors_total`, whose `kind` is the error's). `$key` is `Some`
+// only when the client opted into the key label.
+// Names and the `kind` values are literals so that the `metrics` macros
+// build their keys as statics: no hashing per call when no recorder is
+// installed.
+
+/// Which member of the lock family a series is about: the `kind` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseKind {
+    Lock,
+    Semaphore,
+    Read,
+    Write,
+    All,
+}
+
+impl LeaseKind {
+    /// The label's value.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LeaseKind::Lock => "lock",
+            LeaseKind::Semaphore => "semaphore",
+            LeaseKind::Read => "read",
+            LeaseKind::Write => "write",
+            LeaseKind::All => "all",
+        }
+    }
+}
+
+/// The handle of `$name` with the `kind` label alone, its key a static.
+#[cfg(feature = "metrics")]
+macro_rules! unkeyed {
+    ($macro:ident, $name:literal, $kind:expr) => {
+        match $kind {
+            LeaseKind::Lock => metrics::$macro!($name, "kind" => "lock"),
+            LeaseKind::Semaphore => metrics::$macro!($name, "kind" => "semaphore"),
+            LeaseKind::Read => metrics::$macro!($name, "kind" => "read"),
+            LeaseKind::Write => metrics::$macro!($name, "kind" => "write"),
+            LeaseKind::All => metrics::$macro!($name, "kind" => "all"),
+        }
+    };
+}
 
 #[cfg(feature = "metrics")]
 macro_rules! count {
-    ($name:literal, $key:expr) => {
+    ($name:literal, $kind:expr, $key:expr) => {
         match $key {
-            None => metrics::counter!($name).increment(1),
-            Some(key) => metrics::counter!($name, "key" => key.to_owned()).increment(1),
+            None => unkeyed!(counter, $name, $kind).increment(1),
+            Some(key) => {
+                metrics::counter!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .increment(1)
+            }
         }
     };
-    ($name:literal, $label:literal => $value:expr, $key:expr) => {
+    ($name:literal, $kind:expr, $label:literal => $value:expr, $key:expr) => {
         match $key {
-            None => metrics::counter!($name, $label => $value).increment(1),
+            None => {
+                metrics::counter!($name, "kind" => $kind.name(), $label => $value).increment(1)
+            }
+            Some(key) => metrics::counter!(
+                $name, "kind" => $kind.name(), $label => $value, "key" => key.to_owned()
+            )
+            .increment(1),
+        }
+    };
+}
+
+/// `leasehold_errors_total`, whose `kind` is the error's (not the lock's).
+#[cfg(feature = "metrics")]
+macro_rules! count_error {
+    ($name:literal, $value:expr, $key:expr) => {
+        match $key {
+            None => metrics::counter!($name, "kind" => $value).increment(1),
             Some(key) => {
-                metrics::counter!($name, $label => $value, "key" => key.to_owned()).increment(1)
+                metrics::counter!($name, "kind" => $value, "key" => key.to_owned()).increment(1)
             }
         }
     };
@@ -79,46 +140,59 @@ macro_rules! count {
 
 #[cfg(feature = "metrics")]
 macro_rules! seconds {
-    ($name:literal, $key:expr, $value:expr) => {{
+    ($name:literal, $kind:expr, $key:expr, $value:expr) => {{
         let value = $value.as_secs_f64();
         match $key {
-            None => metrics::histogram!($name).record(value),
-            Some(key) => metrics::histogram!($name, "key" => key.to_owned()).record(value),
+            None => unkeyed!(histogram, $name, $kind).record(value),
+            Some(key) => {
+                metrics::histogram!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .record(value)
+            }
         }
     }};
 }
 
 #[cfg(feature = "metrics")]
 macro_rules! gauge {
-    ($name:literal, $key:expr, $delta:expr) => {
+    ($name:literal, $kind:expr, $key:expr, $delta:expr) => {
         match $key {
-            None => metrics::gauge!($name).increment($delta),
-            Some(key) => metrics::gauge!($name, "key" => key.to_owned()).increment($delta),
+            None => unkeyed!(gauge, $name, $kind).increment($delta),
+            Some(key) => {
+                metrics::gauge!($name, "kind" => $kind.name(), "key" => key.to_owned())
+                    .increment($delta)
+            }
         }
     };
 }
 
 #[cfg(not(feature = "metrics"))]
 macro_rules! count {
-    ($name:literal, $key:expr) => {{
-        let _ = &$key;
+    ($name:literal, $kind:expr, $key:expr) => {{
+        let _ = (&$kind, &$key);
     }};
-    ($name:literal, $label:literal => $value:expr, $key:expr) => {{
+    ($name:literal, $kind:expr, $label:literal => $value:expr, $key:expr) => {{
+        let _ = (&$kind, &$value, &$key);
+    }};
+}
+
+#[cfg(not(feature = "metrics"))]
+macro_rules! count_error {
+    ($name:literal, $value:expr, $key:expr) => {{
         let _ = (&$value, &$key);
     }};
 }
 
 #[cfg(not(feature = "metrics"))]
 macro_rules! seconds {
-    ($name:literal, $key:expr, $value:expr) => {{
-        let _ = (&$key, &$value);
+    ($name:literal, $kind:expr, $key:expr, $value:expr) => {{
+        let _ = (&$kind, &$key, &$value);
     }};
 }
 
 #[cfg(not(feature = "metrics"))]
 macro_rules! gauge {
-    ($name:literal, $key:expr, $delta:expr) => {{
-        let _ = (&$key, &$delta);
+    ($name:literal, $kind:expr, $key:expr, $delta:expr) => {{
+        let _ = (&$kind, &$key, &$delta);
     }};
 }
 
@@ -135,7 +209,7 @@ fn key_label(opted_in: bool, key: &str) -> Option<Box<str>> {
 /// One `LockError` returned to the caller (busy has its own counter).
 pub(crate) fn error(error: &LockError, key_labelled: Option<&str>) {
     if !error.is_busy() {
-        count!("leasehold_errors_total", "kind" => error_kind(error), key_labelled);
+        count_error!("leasehold_errors_total", error_kind(error), key_labelled);
     }
 }
 
@@ -157,6 +231,8 @@ pub(crate) enum AcquireOutcome<'a> {
 /// dropped), it records `outcome = "cancelled"` and leaves the gauge.
 pub(crate) struct Acquisition {
     span: Span,
+    /// The `kind` label: which primitive is acquired.
+    kind: LeaseKind,
     key: Option<Box<str>>,
     /// When the request started: only read when metrics are on or the
     /// span is enabled.
@@ -172,7 +248,13 @@ pub(crate) struct Acquisition {
 }
 
 impl Acquisition {
-    pub(crate) fn start(key: &str, wait: Duration, ttl: Duration, key_opt_in: bool) -> Self {
+    pub(crate) fn start(
+        key: &str,
+        kind: LeaseKind,
+        wait: Duration,
+        ttl: Duration,
+        key_opt_in: bool,
+    ) -> Self {
         let span = tracing::debug_span!(
             "leasehold.acquire",
             key = %key,
@@ -186,6 +268,7 @@ impl Acquisition {
         let started = (METRICS || !span.is_disabled()).then(Instant::now);
         Acquisition {
             span,
+            kind,
             key: key_label(key_opt_in, key),
             started,
             attempts: 0,
@@ -219,13 +302,13 @@ impl Acquisition {
         }
         if will_wait && !self.waiting {
             self.waiting = true;
-            gauge!("leasehold_waiters", self.key.as_deref(), 1.0);
+            gauge!("leasehold_waiters", self.kind, self.key.as_deref(), 1.0);
         }
     }
 
     fn stop_waiting(&mut self) {
         if std::mem::take(&mut self.waiting) {
-            gauge!("leasehold_waiters", self.key.as_deref(), -1.0);
+            gauge!("leasehold_waiters", self.kind, self.key.as_deref(), -1.0);
         }
     }
 
@@ -240,16 +323,17 @@ impl Acquisition {
             _ => None,
         };
         let labelled = self.key.as_deref();
+        let kind = self.kind;
         let name = match outcome {
             AcquireOutcome::Acquired { .. } if self.reentered => "reentered",
             AcquireOutcome::Acquired { fence } => {
-                count!("leasehold_acquired_total", labelled);
+                count!("leasehold_acquired_total", kind, labelled);
                 if let (Some(started), Some(now)) = (self.started, now) {
-                    seconds!("leasehold_acquire_seconds", labelled, now - started);
+                    seconds!("leasehold_acquire_seconds", kind, labelled, now - started);
                 }
                 self.span.record("fencing_token", fence);
                 if let Some(waited) = waited {
-                    seconds!("leasehold_wait_seconds", labelled, waited);
+                    seconds!("leasehold_wait_seconds", kind, labelled, waited);
                     tracing::debug!(
                         key,
                         attempts = self.attempts,
@@ -262,9 +346,9 @@ impl Acquisition {
             }
             AcquireOutcome::Failed(error) => {
                 if error.is_busy() {
-                    count!("leasehold_busy_total", labelled);
+                    count!("leasehold_busy_total", kind, labelled);
                     if let Some(waited) = waited.filter(|_| self.attempts > 1) {
-                        seconds!("leasehold_wait_seconds", labelled, waited);
+                        seconds!("leasehold_wait_seconds", kind, labelled, waited);
                     }
                     tracing::debug!(
                         key,
@@ -310,6 +394,8 @@ impl Drop for Acquisition {
 /// drop, which records `leasehold_hold_seconds` (counted from the winning
 /// attempt, like the lease's validity: no clock reading of its own).
 pub(crate) struct LeaseMetrics {
+    /// The `kind` label: which primitive is held.
+    kind: LeaseKind,
     key: Option<Box<str>>,
     #[cfg(feature = "metrics")]
     since: Instant,
@@ -319,17 +405,28 @@ pub(crate) struct LeaseMetrics {
 
 impl LeaseMetrics {
     /// A lease won by the attempt sent at `acquired_at`.
-    pub(crate) fn start(key: &str, key_opt_in: bool, acquired_at: Instant) -> Self {
+    pub(crate) fn start(
+        key: &str,
+        kind: LeaseKind,
+        key_opt_in: bool,
+        acquired_at: Instant,
+    ) -> Self {
         #[cfg(not(feature = "metrics"))]
         let _ = acquired_at;
         let metrics = LeaseMetrics {
+            kind,
             key: key_label(key_opt_in, key),
             #[cfg(feature = "metrics")]
             since: acquired_at,
             #[cfg(feature = "metrics")]
             open: std::sync::atomic::AtomicBool::new(true),
         };
-        gauge!("leasehold_leases_held", metrics.key.as_deref(), 1.0);
+        gauge!(
+            "leasehold_leases_held",
+            metrics.kind,
+            metrics.key.as_deref(),
+            1.0
+        );
         metrics
     }
 
@@ -343,15 +440,20 @@ impl LeaseMetrics {
     pub(crate) fn end(&self) {
         #[cfg(feature = "metrics")]
         if self.open.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            gauge!("leasehold_leases_held", self.key(), -1.0);
-            seconds!("leasehold_hold_seconds", self.key(), self.since.elapsed());
+            gauge!("leasehold_leases_held", self.kind, self.key(), -1.0);
+            seconds!(
+                "leasehold_hold_seconds",
+                self.kind,
+                self.key(),
+                self.since.elapsed()
+            );
         }
     }
 
     /// The lease was lost.
     pub(crate) fn lost(&self, key: &str, fence: u64, cause: LostCause) {
         self.end();
-        count!("leasehold_lost_total", "cause" => cause_name(cause), self.key());
+        count!("leasehold_lost_total", self.kind, "cause" => cause_name(cause), self.key());
         tracing::warn!(
             key,
             fencing_token = fence,
@@ -363,12 +465,12 @@ impl LeaseMetrics {
     /// A watchdog renewal of this lease did not succeed (refused, or the
     /// call failed).
     pub(crate) fn renewal_failed(&self) {
-        count!("leasehold_renewal_failures_total", self.key());
+        count!("leasehold_renewal_failures_total", self.kind, self.key());
     }
 
     /// The backend confirmed a release.
     pub(crate) fn released(&self) {
-        count!("leasehold_released_total", self.key());
+        count!("leasehold_released_total", self.kind, self.key());
     }
 }
 

@@ -12,15 +12,33 @@ use crate::workload::SectionRecord;
 pub struct Figures {
     /// Critical sections that started (the lock was acquired).
     pub sections: usize,
+    /// Worker processes with at least one section.
+    pub workers_with_sections: usize,
     /// Sections whose body ran to the end.
     pub completed: usize,
     /// Sections whose body was dropped because the lease was lost.
     pub dropped: usize,
-    /// Pairs of sections whose intervals overlap (two holders at once).
+    /// Which primitive the sections took (`lock`, `semaphore`, `rw`,
+    /// `all`): the family's figures are printed for the others.
+    pub kind: &'static str,
+    /// Pairs of sections that may not hold at once (see
+    /// `SectionRecord::conflicts`) whose intervals overlap (two holders at
+    /// once; for `lock_all`, two holders of one key).
     pub overlaps: usize,
-    /// Sections whose counter write happened inside another's interval,
-    /// neither of them the frozen one.
+    /// Sections whose counter write happened inside the interval of a
+    /// section it conflicts with, neither of them the frozen one; for a
+    /// semaphore: whose fenced write landed while `permits` others held.
     pub overlapping_writes: usize,
+    /// Semaphore: its permits, the most sections inside their intervals at
+    /// once, and the sections that started while `permits` others held.
+    pub permits: u32,
+    pub max_holders: usize,
+    pub over_permits: usize,
+    /// Two grants of one fence key (or of one key of `lock_all`) with the
+    /// same token; for a semaphore, the store's `unique` fence counts them.
+    pub token_duplicates: usize,
+    /// The first overlapping pair, for the report.
+    pub overlap_sample: String,
     /// The same, involving the frozen section (no lock prevents these).
     pub frozen_overlapping_writes: usize,
     /// Completed counter writes that the final counter does not show.
@@ -52,14 +70,31 @@ pub struct Figures {
 impl Figures {
     /// Sections plus the store's record, `fence_log` in apply order
     /// (`section-id token accepted`).
+    /// `counters`: each lane's final counter (`-`: the scenario's own).
     pub fn compute(
         sections: &[SectionRecord],
         fence_log: &[String],
-        final_counter: u64,
+        counters: &HashMap<String, u64>,
     ) -> Figures {
+        let kind = match sections.first().map_or("l", |s| s.role.as_str()) {
+            r if r.starts_with('s') => "semaphore",
+            "r" | "w" => "rw",
+            r if r.starts_with("a:") => "all",
+            _ => "lock",
+        };
         let mut f = Figures {
+            kind,
             sections: sections.len(),
-            final_counter,
+            final_counter: counters.values().sum(),
+            permits: sections
+                .iter()
+                .find_map(SectionRecord::permits)
+                .unwrap_or(0),
+            workers_with_sections: sections
+                .iter()
+                .map(|s| s.proc)
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
             ..Figures::default()
         };
         for s in sections {
@@ -84,12 +119,28 @@ impl Figures {
         // Two holders at once, and writes made while another held.
         for (i, a) in sections.iter().enumerate() {
             for b in &sections[i + 1..] {
-                if a.start < b.end && b.start < a.end {
+                if a.start < b.end && b.start < a.end && a.conflicts(b) {
                     f.overlaps += 1;
+                    if f.overlap_sample.is_empty() {
+                        f.overlap_sample = format!(
+                            "{} {} [{}, {}) {} and {} {} [{}, {}) {}, {} ns together",
+                            a.id(),
+                            a.role,
+                            a.start,
+                            a.end,
+                            a.outcome,
+                            b.id(),
+                            b.role,
+                            b.start,
+                            b.end,
+                            b.outcome,
+                            a.end.min(b.end) - a.start.max(b.start),
+                        );
+                    }
                 }
             }
             for b in sections {
-                if std::ptr::eq(a, b) || a.set_done == 0 {
+                if std::ptr::eq(a, b) || a.set_done == 0 || !a.conflicts(b) {
                     continue;
                 }
                 if b.start < a.set_done && a.set_done < b.end {
@@ -102,23 +153,82 @@ impl Figures {
             }
         }
 
-        let done = sections.iter().filter(|s| s.set_done != 0).count() as u64;
-        f.lost_updates = done.saturating_sub(final_counter);
+        // A semaphore: how many inside at once, counted at each start, and
+        // fenced writes landing while the bound was full without them.
+        if f.permits > 0 {
+            let bound = f.permits as usize;
+            for a in sections {
+                let inside = sections
+                    .iter()
+                    .filter(|b| b.start <= a.start && a.start < b.end)
+                    .count();
+                f.max_holders = f.max_holders.max(inside);
+                if inside > bound {
+                    f.over_permits += 1;
+                }
+                if a.fence_done != 0 {
+                    let others = sections
+                        .iter()
+                        .filter(|b| {
+                            !std::ptr::eq(a, *b) && b.start < a.fence_done && a.fence_done < b.end
+                        })
+                        .count();
+                    if others >= bound {
+                        f.overlapping_writes += 1;
+                    }
+                }
+            }
+        }
+
+        // Per lane: completed counter writes the final counter does not show.
+        let mut done: HashMap<String, u64> = HashMap::new();
+        for s in sections.iter().filter(|s| s.set_done != 0) {
+            for (lane, _) in s.lane_tokens() {
+                *done.entry(lane).or_default() += 1;
+            }
+        }
+        f.lost_updates = done
+            .iter()
+            .map(|(lane, n)| n.saturating_sub(counters.get(lane).copied().unwrap_or(0)))
+            .sum();
+
+        // One token per grant, per fence key.
+        let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+        for s in sections {
+            for (lane, token) in s.order_tokens() {
+                if token != 0 {
+                    *seen.entry((lane, token)).or_default() += 1;
+                }
+            }
+        }
+        f.token_duplicates = seen.values().map(|n| n - 1).sum();
 
         // Fencing, judged in the order the store applied the writes.
-        let start_of: HashMap<String, u64> = sections.iter().map(|s| (s.id(), s.start)).collect();
-        let mut newest_accepted_start = 0u64;
+        // Per lane: a lane is one exclusive resource (the lock, the rw
+        // lock's writers, one key of `lock_all`). A semaphore's fence is
+        // `unique` (see workload.rs): a rejection there is a repeated token.
+        let by_id: HashMap<String, &SectionRecord> = sections.iter().map(|s| (s.id(), s)).collect();
+        let mut newest_accepted_start: HashMap<String, u64> = HashMap::new();
         for entry in fence_log {
             let mut parts = entry.split_whitespace();
             let (Some(id), Some(_token), Some(ok)) = (parts.next(), parts.next(), parts.next())
             else {
                 panic!("bad fence log entry {entry:?}");
             };
-            let start = *start_of
+            let lane = parts.next().unwrap_or("-").to_owned();
+            let section = by_id
                 .get(id)
                 .unwrap_or_else(|| panic!("fence log names section {id} that no worker logged"));
             let accepted = ok == "1";
-            let stale = newest_accepted_start > start;
+            if section.permits().is_some() {
+                if !accepted {
+                    f.token_duplicates += 1;
+                }
+                continue;
+            }
+            let start = section.start;
+            let newest = newest_accepted_start.entry(lane).or_default();
+            let stale = *newest > start;
             match (stale, accepted) {
                 (true, true) => f.stale_accepted += 1,
                 (true, false) => f.stale_rejected += 1,
@@ -126,16 +236,37 @@ impl Figures {
                 (false, true) => {}
             }
             if accepted {
-                newest_accepted_start = newest_accepted_start.max(start);
+                *newest = (*newest).max(start);
             }
         }
 
-        let mut by_start: Vec<&SectionRecord> = sections.iter().collect();
-        by_start.sort_by_key(|s| s.start);
-        f.token_regressions = by_start
-            .windows(2)
-            .filter(|w| w[1].token <= w[0].token)
-            .count();
+        if kind == "lock" {
+            let mut by_start: Vec<&SectionRecord> = sections.iter().collect();
+            by_start.sort_by_key(|s| s.start);
+            f.token_regressions = by_start
+                .windows(2)
+                .filter(|w| w[1].token <= w[0].token)
+                .count();
+        } else {
+            // Sections that may not hold together, one ended before the
+            // other started: the later one was granted later, so its token
+            // of each fence key they share is higher. (Permits are not
+            // ordered so: a grant's reply may arrive after a later grant's
+            // section ended.)
+            for a in sections {
+                for b in sections {
+                    if a.end == 0 || a.end > b.start || !a.conflicts(b) {
+                        continue;
+                    }
+                    let later = b.order_tokens();
+                    for (lane, token) in a.order_tokens() {
+                        if later.iter().any(|(l, t)| *l == lane && *t <= token) {
+                            f.token_regressions += 1;
+                        }
+                    }
+                }
+            }
+        }
         f
     }
 
@@ -187,6 +318,16 @@ impl fmt::Display for Figures {
             self.fresh_rejected,
             self.token_regressions,
         )?;
+        if self.permits > 0 {
+            write!(
+                f,
+                " permits={} max_holders={} over_permits={}",
+                self.permits, self.max_holders, self.over_permits
+            )?;
+        }
+        if self.kind != "lock" {
+            write!(f, " token_duplicates={}", self.token_duplicates)?;
+        }
         if let Some(fenced) = self.frozen_fenced {
             write!(
                 f,
@@ -233,4 +374,71 @@ pub fn read_logs(dir: &Path) -> (Vec<SectionRecord>, Vec<String>) {
         }
     }
     (sections, errors)
+}
+
+/// The checker itself: each per-kind invariant counts a violation made up
+/// for it, and nothing where the kind allows it.
+#[test]
+fn checker_counts_the_familys_violations() {
+    let section = |proc: usize, role: &str, token: u64, start: u64, end: u64| SectionRecord {
+        proc,
+        seq: token,
+        token,
+        start,
+        end,
+        role: role.to_owned(),
+        outcome: "ok".to_owned(),
+        ..SectionRecord::default()
+    };
+    let no_counters = HashMap::new();
+
+    // Three permits: three at once is fine, a fourth is one too many.
+    let permits: Vec<_> = (0..4)
+        .map(|i| section(i, "s3", 10 + i as u64, 100 + i as u64, 200))
+        .collect();
+    let f = Figures::compute(&permits[..3], &[], &no_counters);
+    assert_eq!(
+        (f.over_permits, f.max_holders, f.overlaps),
+        (0, 3, 0),
+        "{f}"
+    );
+    let f = Figures::compute(&permits, &[], &no_counters);
+    assert_eq!((f.over_permits, f.max_holders), (1, 4), "{f}");
+
+    // Readers share; a writer with a reader does not.
+    let readers = [section(0, "r", 1, 100, 200), section(1, "r", 2, 150, 250)];
+    assert_eq!(Figures::compute(&readers, &[], &no_counters).overlaps, 0);
+    let mixed = [section(0, "r", 1, 100, 200), section(1, "w", 2, 150, 250)];
+    let f = Figures::compute(&mixed, &[], &no_counters);
+    assert_eq!(f.overlaps, 1, "{f}");
+    // A writer after a reader with an older token: a regression.
+    let back = [section(0, "r", 5, 100, 200), section(1, "w", 4, 300, 400)];
+    assert_eq!(
+        Figures::compute(&back, &[], &no_counters).token_regressions,
+        1
+    );
+
+    // lock_all: two holders of `b` at once conflict; of `a` and `c`, not.
+    let shared = [
+        section(0, "a:a=1,b=2", 1, 100, 200),
+        section(1, "a:b=3,c=4", 3, 150, 250),
+    ];
+    assert_eq!(Figures::compute(&shared, &[], &no_counters).overlaps, 1);
+    let apart = [
+        section(0, "a:a=1", 1, 100, 200),
+        section(1, "a:c=4", 4, 150, 250),
+    ];
+    assert_eq!(Figures::compute(&apart, &[], &no_counters).overlaps, 0);
+    // A token of one key issued twice.
+    let twice = [
+        section(0, "a:a=1,b=2", 1, 100, 200),
+        section(1, "a:b=2", 2, 300, 400),
+    ];
+    let f = Figures::compute(&twice, &[], &no_counters);
+    assert_eq!((f.token_duplicates, f.token_regressions), (1, 1), "{f}");
+
+    // A semaphore's fenced write refused by the `unique` store: a repeat.
+    let log = ["0.0.10 10 1 -".to_owned(), "1.0.11 10 0 -".to_owned()];
+    let f = Figures::compute(&permits[..2], &log, &no_counters);
+    assert_eq!(f.token_duplicates, 1, "{f}");
 }

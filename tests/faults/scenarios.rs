@@ -3,6 +3,7 @@
 //! optionally a fault proxy in front of the lock server, spawns the worker
 //! processes, breaks something while they run, stops them, checks.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -16,7 +17,9 @@ use crate::support::{
     FaultProxy, MASTER_NAME, ProxyMode, RedisCluster, RedisServer, SentinelSet, freeze_process,
     thaw_process,
 };
-use crate::workload::{DataKeys, FREEZE_WINDOW, LockTarget, WORKER_ENV, WORKER_TEST, WorkerConfig};
+use crate::workload::{
+    DataKeys, FREEZE_WINDOW, LockTarget, WORKER_ENV, WORKER_TEST, WorkKind, WorkerConfig,
+};
 
 /// One scenario at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -68,6 +71,8 @@ pub(crate) struct Plan {
     /// Worker 0 runs one frozen section after this long.
     pub freeze_after: Option<Duration>,
     pub fake_clock: Option<FakeClock>,
+    /// Which member of the lock family the workers take.
+    pub kind: WorkKind,
 }
 
 impl Plan {
@@ -85,6 +90,7 @@ impl Plan {
             lock_server_args: Vec::new(),
             freeze_after: None,
             fake_clock: None,
+            kind: WorkKind::Lock,
         }
     }
 }
@@ -241,6 +247,7 @@ impl Run {
             deadline_ns: self.deadline_ns,
             log_path: self.dir.join(format!("worker-{id}.log")),
             freeze_after_ns: if id == 0 { self.freeze_after_ns } else { None },
+            kind: plan.kind.clone(),
         };
         let out = std::fs::File::create(self.dir.join(format!("worker-{id}.out"))).expect("out");
         let err = out.try_clone().expect("out");
@@ -414,10 +421,22 @@ pub(crate) fn run(
             .collect(),
         other => panic!("LRANGE fence log: {other:?}"),
     };
-    let counter = run
-        .data_get(&run.keys.counter)
-        .map_or(0, |s| s.parse().expect("counter"));
-    let mut figures = Figures::compute(&sections, &fence_log, counter);
+    let mut lanes = vec!["-".to_owned()];
+    if let WorkKind::All(sets) = &run.plan.kind {
+        lanes.extend(sets.iter().flatten().cloned());
+        lanes.sort();
+        lanes.dedup();
+    }
+    let counters: HashMap<String, u64> = lanes
+        .into_iter()
+        .map(|lane| {
+            let value = run
+                .data_get(&run.keys.counter_of(&lane))
+                .map_or(0, |s| s.parse().expect("counter"));
+            (lane, value)
+        })
+        .collect();
+    let mut figures = Figures::compute(&sections, &fence_log, &counters);
     for line in &errors {
         figures.add_errors(line);
     }
@@ -431,6 +450,12 @@ pub(crate) fn run(
         println!(
             "faults {:<22} first errors: {}",
             run.plan.name, figures.error_sample
+        );
+    }
+    if !figures.overlap_sample.is_empty() {
+        println!(
+            "faults {:<22} first overlap: {}",
+            run.plan.name, figures.overlap_sample
         );
     }
     if std::env::var_os("LEASEHOLD_FAULTS_KEEP").is_some() {
@@ -464,6 +489,20 @@ pub(crate) fn assert_safe(name: &str, f: &Figures) {
     assert_eq!(
         f.token_regressions, 0,
         "{name}: fencing tokens did not increase: {f}"
+    );
+}
+
+/// What a family scenario requires besides [`assert_safe`]: its sections'
+/// intervals (from the grant to the end of the body or, when the lease was
+/// lost, to the deadline its guard knew) never hold together where they
+/// may not.
+pub(crate) fn assert_family_safe(name: &str, f: &Figures) {
+    assert_safe(name, f);
+    assert_eq!(f.overlaps, 0, "{name}: two holders at once: {f}");
+    assert_eq!(f.over_permits, 0, "{name}: more holders than permits: {f}");
+    assert_eq!(
+        f.token_duplicates, 0,
+        "{name}: a fencing token issued twice: {f}"
     );
 }
 

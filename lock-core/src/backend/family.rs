@@ -41,6 +41,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::LockKeys;
+use crate::telemetry::LeaseKind;
 
 /// Which primitive the names of a [`LockKeys`] belong to.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -60,6 +61,20 @@ pub(crate) enum Kind {
     /// Every one of these plain locks at once, sorted by key, without
     /// duplicates (`LockClient::lock_all`).
     All(Arc<AllKeys>),
+}
+
+impl Kind {
+    /// The `kind` label of a held lease's metrics (as
+    /// `Shape::lease_kind` names the request's).
+    pub(crate) fn lease_kind(&self) -> LeaseKind {
+        match self {
+            Kind::Lock => LeaseKind::Lock,
+            Kind::Semaphore { .. } => LeaseKind::Semaphore,
+            Kind::Read => LeaseKind::Read,
+            Kind::Write => LeaseKind::Write,
+            Kind::All(_) => LeaseKind::All,
+        }
+    }
 }
 
 /// The plain locks of one `lock_all`, and the fencing tokens its grant
