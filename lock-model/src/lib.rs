@@ -15,6 +15,7 @@
 //! in debug builds (the workspace's profile), so the checks stay short.
 
 pub mod fair;
+pub mod family;
 pub mod protocol;
 pub mod scripts;
 
@@ -44,13 +45,37 @@ pub struct Summary {
 /// reachable state): no `always` property broken, and each `sometimes`
 /// property named in `reached` found.
 pub fn check(config: Config, reached: &[&str]) -> Summary {
+    run(Protocol { config }, reached)
+}
+
+/// [`check`] for the family model (the semaphore and the rw lock).
+pub fn check_family(config: family::FamilyConfig, reached: &[&str]) -> Summary {
+    run(family::Family { config }, reached)
+}
+
+/// The actions of the shortest path to a state that breaks (`always`) or
+/// meets (`sometimes`) the family model's property `name`.
+pub fn discover_family(config: family::FamilyConfig, name: &'static str) -> Option<Vec<Action>> {
+    let checker = family::Family { config }
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        .spawn_bfs()
+        .join();
+    checker.discovery(name).map(|path| path.into_actions())
+}
+
+fn run<M>(model: M, reached: &[&str]) -> Summary
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    M::Action: std::fmt::Debug + Eq + Clone + Send + Sync + 'static,
+{
     let started = Instant::now();
-    let model = Protocol { config };
     let properties = model.properties();
     let checker = model.checker().spawn_bfs().join();
     let discoveries = checker.discoveries();
     let mut failures = Vec::new();
-    for property in properties {
+    for property in &properties {
         let found = discoveries.get(property.name);
         match property.expectation {
             Expectation::Always | Expectation::Eventually => {
@@ -71,12 +96,8 @@ pub fn check(config: Config, reached: &[&str]) -> Summary {
             }
         }
     }
-    let known = Protocol {
-        config: Config::default(),
-    }
-    .properties();
     for name in reached {
-        if !known.iter().any(|p| p.name == *name) {
+        if !properties.iter().any(|p| p.name == *name) {
             failures.push(format!("no such property: {name}"));
         }
     }

@@ -741,3 +741,529 @@ fn the_scripts_do_what_the_model_says() {
         .collect();
     assert!(missing.is_empty(), "the walks never took {missing:?}");
 }
+
+// The family model (lock-model/src/family.rs) tied to the family's scripts
+// in the same way: walks of the semaphore (3 clients, 2 permits) and of the
+// rw lock (2 readers, 1 writer), each step replayed with the real
+// family_*.lua and every key compared (each holder's kind, lease end and
+// fence; the fence key; the line; each place's kind and end; every
+// expiry).
+
+mod family {
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+
+    use leasehold::__private::{
+        FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE, FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE,
+    };
+    use leasehold_model::family::{
+        FamAcq, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Kind,
+    };
+    use leasehold_model::scripts::{Exp, GRACE, LEASE, Tok};
+    use leasehold_model::{Action, Model};
+    use redis::{Connection, Script, Value};
+
+    use super::{
+        CHANNEL, FENCE, FENCE_MEMORY_MS, LINE, LOCK, PLACES, Rng, SLACK_MS, TICK_MS, cmd, int,
+        kind, server_ms, text, tok_of, token,
+    };
+    use crate::support::RedisServer;
+
+    const KEYS: [&str; 4] = [LOCK, FENCE, LINE, PLACES];
+
+    fn config(kinds: Vec<Kind>) -> FamilyConfig {
+        FamilyConfig {
+            kinds,
+            permits: 2,
+            acquisitions: 2,
+            horizon: 10,
+            faults: 3,
+            client_faults: true,
+            restarts: true,
+            restart_grace: false,
+            one_try: true,
+            liveness: false,
+        }
+    }
+
+    fn walk(model: &Family, rng: &mut Rng, steps: usize) -> Vec<(FamWorld, Action, FamWorld)> {
+        let mut state = model.init_states().remove(0);
+        let mut out = Vec::new();
+        let mut actions = Vec::new();
+        for _ in 0..steps {
+            actions.clear();
+            model.actions(&state, &mut actions);
+            if actions.is_empty() {
+                break;
+            }
+            let action = actions[rng.below(actions.len())];
+            let Some(next) = model.next_state(&state, action) else {
+                continue;
+            };
+            out.push((state, action, next.clone()));
+            state = next;
+        }
+        out
+    }
+
+    fn kind_of(letter: &str) -> Kind {
+        match letter {
+            "s" => Kind::Permit,
+            "r" => Kind::Read,
+            "w" => Kind::Write,
+            other => panic!("a kind letter, not {other:?}"),
+        }
+    }
+
+    struct Replay<'a> {
+        con: &'a mut Connection,
+        model: &'a Family,
+        fences: Vec<(u32, u64)>,
+        /// The real fence each client was told (with the model's).
+        told: BTreeMap<u8, (u32, u64)>,
+        top: Option<(u32, u64)>,
+        /// Replies seen, for coverage.
+        seen: BTreeMap<&'static str, usize>,
+    }
+
+    impl Replay<'_> {
+        fn pttl(&mut self, key: &str) -> i64 {
+            int(&cmd(self.con, &["PTTL", key]))
+        }
+
+        fn pair(&mut self, model: u32, real: u64, what: &str) {
+            for &(m, r) in &self.fences {
+                assert_eq!(
+                    m.cmp(&model),
+                    r.cmp(&real),
+                    "{what}: fence {real} stands for the model's {model}, but {r} stood for {m}"
+                );
+            }
+            assert_eq!(model == 0, real == 0, "{what}: fence 0 is 0 in both");
+            self.fences.push((model, real));
+        }
+
+        fn expiry(&self, what: &str, pttl: i64, exp: Option<Exp>, now: u8) {
+            match exp {
+                None | Some(Exp::Persist) => {
+                    assert_eq!(pttl, -1, "{what}: no expiry in the model, PTTL {pttl}")
+                }
+                Some(Exp::Long) => assert!(pttl > FENCE_MEMORY_MS / 2, "{what}: PTTL {pttl}"),
+                Some(Exp::At(t)) => {
+                    let want = (i64::from(t) - i64::from(now)) * TICK_MS;
+                    assert!(
+                        (pttl - want).abs() <= SLACK_MS,
+                        "{what}: PTTL {pttl}, the model says {want} ms"
+                    );
+                }
+            }
+        }
+
+        fn ends(&self, what: &str, real: i64, clock: i64, model: u8, now: u8) {
+            let left = real - clock;
+            let want = (i64::from(model) - i64::from(now)) * TICK_MS;
+            assert!(
+                (left - want).abs() <= SLACK_MS,
+                "{what}: ends in {left} ms, the model says {want}"
+            );
+        }
+
+        fn compare(&mut self, w: &FamWorld, step: &str) {
+            let s = &w.server;
+            let now = w.now;
+            self.fences.clear();
+            let told: Vec<(u32, u64)> = self.told.values().copied().collect();
+            for (m, r) in told {
+                self.pair(m, r, "a fence told to a client");
+            }
+            if let Some((m, r)) = self.top {
+                self.pair(m, r, "the highest fence issued");
+            }
+            let clock = server_ms(self.con);
+            // The holders.
+            let holders: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(LOCK)
+                .query(self.con)
+                .expect("HGETALL lock");
+            let want: BTreeMap<String, _> =
+                s.holders.iter().map(|h| (token(h.token), *h)).collect();
+            assert_eq!(
+                holders.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "{step}: holders"
+            );
+            for (t, value) in &holders {
+                let h = want[t];
+                let (k, rest) = value.split_at(1);
+                let (until, fence) = rest.split_once(':').expect("<kind><until>:<fence>");
+                assert_eq!(kind_of(k), h.kind, "{step}: kind of holder {t}");
+                let what = format!("{step}: lease of {t}");
+                self.ends(&what, until.parse().unwrap(), clock, h.until, now);
+                self.pair(h.fence, fence.parse().unwrap(), &what);
+            }
+            if !s.holders.is_empty() {
+                let pttl = self.pttl(LOCK);
+                let exp = s.holders_exp.map(Exp::At);
+                self.expiry(&format!("{step}: holders"), pttl, exp, now);
+            }
+            // The fence.
+            let fence = text(&cmd(self.con, &["GET", FENCE]));
+            match (&fence, s.fence) {
+                (None, None) => {}
+                (Some(v), Some(f)) => {
+                    self.pair(f, v.parse().expect("a fence"), &format!("{step}: fence key"));
+                    let pttl = self.pttl(FENCE);
+                    self.expiry(&format!("{step}: fence"), pttl, Some(Exp::Long), now);
+                }
+                (real, model) => panic!("{step}: fence in Redis {real:?}, in the model {model:?}"),
+            }
+            // The line and the places.
+            let line: Vec<String> = redis::cmd("LRANGE")
+                .arg(LINE)
+                .arg(0)
+                .arg(-1)
+                .query(self.con)
+                .expect("LRANGE");
+            let want: Vec<String> = s.line.iter().map(|t| token(*t)).collect();
+            assert_eq!(line, want, "{step}: line");
+            if !s.line.is_empty() {
+                let pttl = self.pttl(LINE);
+                self.expiry(&format!("{step}: line"), pttl, s.line_exp, now);
+            }
+            let places: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(PLACES)
+                .query(self.con)
+                .expect("HGETALL places");
+            let want: BTreeMap<String, _> = s.places.iter().map(|p| (token(p.token), *p)).collect();
+            assert_eq!(
+                places.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "{step}: places"
+            );
+            for (t, value) in &places {
+                let p = want[t];
+                let (k, until) = value.split_at(1);
+                assert_eq!(kind_of(k), p.kind, "{step}: kind of place {t}");
+                let what = format!("{step}: place of {t}");
+                self.ends(&what, until.parse().unwrap(), clock, p.until, now);
+            }
+            if !s.places.is_empty() {
+                let pttl = self.pttl(PLACES);
+                self.expiry(&format!("{step}: places"), pttl, s.places_exp, now);
+            }
+        }
+
+        /// A tick: every expiry a tick shorter, every lease end and place
+        /// a tick earlier.
+        fn tick(&mut self) {
+            for key in KEYS {
+                let pttl = self.pttl(key);
+                if pttl < 0 {
+                    continue;
+                }
+                let left = pttl - TICK_MS;
+                if left < SLACK_MS {
+                    cmd(self.con, &["DEL", key]);
+                } else {
+                    cmd(self.con, &["PEXPIRE", key, &left.to_string()]);
+                }
+            }
+            let holders: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(LOCK)
+                .query(self.con)
+                .expect("HGETALL lock");
+            for (t, value) in holders {
+                let (k, rest) = value.split_at(1);
+                let (until, fence) = rest.split_once(':').unwrap();
+                let until: i64 = until.parse().unwrap();
+                let moved = format!("{k}{}:{fence}", until - TICK_MS);
+                cmd(self.con, &["HSET", LOCK, &t, &moved]);
+            }
+            let places: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(PLACES)
+                .query(self.con)
+                .expect("HGETALL places");
+            for (t, value) in places {
+                let (k, until) = value.split_at(1);
+                let until: i64 = until.parse().unwrap();
+                cmd(self.con, &["HSET", PLACES, &t, &format!("{k}{}", until - TICK_MS)]);
+            }
+        }
+
+        fn letter(&self, t: Tok) -> &'static str {
+            self.model.config.kinds[usize::from(t.client)].letter()
+        }
+
+        fn acquire(&mut self, t: Tok, in_line: bool) -> Value {
+            let ttl = i64::from(LEASE) * TICK_MS;
+            Script::new(FAMILY_ACQUIRE_SOURCE)
+                .key(LOCK)
+                .key(FENCE)
+                .key(LINE)
+                .key(PLACES)
+                .arg(token(t))
+                .arg(self.letter(t))
+                .arg(ttl)
+                .arg(ttl + FENCE_MEMORY_MS)
+                .arg(if in_line {
+                    i64::from(GRACE) * TICK_MS
+                } else {
+                    0
+                })
+                .arg(self.model.config.permits)
+                .arg(CHANNEL)
+                .arg("PUBLISH")
+                .invoke(self.con)
+                .expect("family_acquire.lua")
+        }
+
+        fn renew(&mut self, t: Tok) -> Vec<i64> {
+            Script::new(FAMILY_RENEW_SOURCE)
+                .key(LOCK)
+                .arg(token(t))
+                .arg(i64::from(LEASE) * TICK_MS)
+                .invoke(self.con)
+                .expect("family_renew.lua")
+        }
+
+        fn abandon(&mut self, t: Tok) -> i64 {
+            Script::new(FAMILY_ABANDON_SOURCE)
+                .key(LOCK)
+                .key(LINE)
+                .key(PLACES)
+                .arg(token(t))
+                .arg(self.letter(t))
+                .arg(self.model.config.permits)
+                .arg(CHANNEL)
+                .arg("PUBLISH")
+                .invoke(self.con)
+                .expect("family_abandon.lua")
+        }
+
+        fn check_acquire(&mut self, real: &Value, model: FamAcq, client: Option<u8>, step: &str) {
+            match (real, model) {
+                (Value::BulkString(b), FamAcq::Granted(f)) => {
+                    let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
+                    if let Some(c) = client {
+                        self.told.insert(c, (f, real));
+                    }
+                    if self.top.is_none_or(|(m, _)| f > m) {
+                        self.top = Some((f, real));
+                    }
+                    *self.seen.entry("acquire: granted").or_default() += 1;
+                }
+                (Value::Int(ms), FamAcq::Busy(sleep)) => {
+                    if sleep < 0 {
+                        assert_eq!(*ms, i64::from(sleep), "{step}: busy reply");
+                    } else {
+                        let want = i64::from(sleep) * TICK_MS;
+                        assert!(
+                            (ms - want).abs() <= SLACK_MS,
+                            "{step}: busy for {ms} ms, the model says {want}"
+                        );
+                    }
+                    *self.seen.entry("acquire: busy").or_default() += 1;
+                }
+                (real, model) => panic!("{step}: acquire answered {real:?}, the model {model:?}"),
+            }
+        }
+
+        fn step(&mut self, before: &FamWorld, action: Action, after: &FamWorld, step: &str) {
+            let now = before.now;
+            let permits = self.model.config.permits;
+            let kind_at = |t: Tok| self.model.config.kinds[usize::from(t.client)];
+            match action {
+                Action::Apply(c) | Action::LateAbandon(c) => {
+                    let cl = &before.clients[usize::from(c)];
+                    let t = cl.token(c);
+                    let mut server: FamilyServer = before.server.clone();
+                    match cl.phase {
+                        FamPhase::Acquiring { in_line, .. } if action == Action::Apply(c) => {
+                            let real = self.acquire(t, in_line);
+                            let (model, _) =
+                                server.acquire(t, kind_at(t), in_line, now, before.clock, permits);
+                            self.check_acquire(&real, model, Some(c), step);
+                        }
+                        FamPhase::Holding { .. } => {
+                            let real = self.renew(t);
+                            let model = server.renew(t, now);
+                            assert_eq!(real, vec![i64::from(model)], "{step}: renew");
+                            *self.seen.entry("renew").or_default() += 1;
+                        }
+                        FamPhase::Releasing { .. } => {
+                            let real: Value = Script::new(FAMILY_RELEASE_SOURCE)
+                                .key(LOCK)
+                                .key(LINE)
+                                .key(PLACES)
+                                .arg(token(t))
+                                .arg(self.letter(t))
+                                .arg(0)
+                                .arg(permits)
+                                .arg(CHANNEL)
+                                .arg("PUBLISH")
+                                .invoke(self.con)
+                                .expect("family_release.lua");
+                            let (model, _) = server.release(t, now, permits);
+                            match (&real, model) {
+                                (Value::Int(0), FamRel::NotOurs) => {
+                                    *self.seen.entry("release: not ours").or_default() += 1;
+                                }
+                                (Value::Int(1), FamRel::Released) => {
+                                    *self.seen.entry("release: released").or_default() += 1;
+                                }
+                                (Value::BulkString(b), FamRel::Next(n)) => {
+                                    let next = tok_of(std::str::from_utf8(b).unwrap());
+                                    assert_eq!(next, n, "{step}: next");
+                                    *self.seen.entry("release: next").or_default() += 1;
+                                }
+                                (real, model) => {
+                                    panic!("{step}: release answered {real:?}, the model {model:?}")
+                                }
+                            }
+                        }
+                        FamPhase::Abandoning { .. } => {
+                            let real = self.abandon(t);
+                            let (model, _) = server.abandon(t, now, permits);
+                            assert_eq!(real, i64::from(model), "{step}: abandon");
+                            self.told.remove(&c);
+                            *self.seen.entry("abandon").or_default() += 1;
+                        }
+                        _ => panic!("{step}: nothing to apply"),
+                    }
+                }
+                Action::ApplyStray(c) => {
+                    let (t, in_line) = before.clients[usize::from(c)].stray.expect("a stray");
+                    let real = self.acquire(t, in_line);
+                    let mut server = before.server.clone();
+                    let (model, _) =
+                        server.acquire(t, kind_at(t), in_line, now, before.clock, permits);
+                    self.check_acquire(&real, model, None, step);
+                }
+                Action::Start(..) | Action::Wake(_) | Action::Retry(_) => {
+                    let model = !before.server.holders.is_empty();
+                    let real = int(&cmd(self.con, &["EXISTS", LOCK])) > 0;
+                    assert_eq!(real, model, "{step}: survival evidence (EXISTS)");
+                }
+                Action::SeeChange(c) => {
+                    let cl = &before.clients[usize::from(c)];
+                    let t = cl.token(c);
+                    if let FamPhase::Holding { valid, .. } = cl.phase
+                        && now < valid
+                    {
+                        let real = self.renew(t);
+                        let model = before.server.clone().renew(t, now);
+                        assert_eq!(real, vec![i64::from(model)], "{step}: the audit's renewal");
+                    }
+                }
+                Action::Tick => self.tick(),
+                Action::Restart => {
+                    cmd(self.con, &["FLUSHDB"]);
+                }
+                _ => {}
+            }
+            self.renumber(after);
+        }
+
+        fn renumber(&mut self, after: &FamWorld) {
+            let fence_of = |c: usize| match after.clients[c].phase {
+                FamPhase::Holding { fence, .. }
+                | FamPhase::Acquiring {
+                    flight: leasehold_model::protocol::Flight::Replied(FamAcq::Granted(fence)),
+                    ..
+                } => Some(fence),
+                _ => None,
+            };
+            let mut told = BTreeMap::new();
+            for (&c, &(_, real)) in &self.told {
+                if let Some(f) = fence_of(usize::from(c)) {
+                    told.insert(c, (f, real));
+                }
+            }
+            self.told = told;
+            self.top = self.top.map(|(_, real)| (after.max_issued, real));
+        }
+    }
+
+    #[test]
+    fn the_family_scripts_do_what_the_model_says() {
+        let server = RedisServer::start();
+        let mut con = server.connection().expect("a connection");
+        let started = Instant::now();
+        let walks: usize = std::env::var("LEASEHOLD_MODEL_WALKS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(300);
+        let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut steps = 0;
+        let models = [
+            ("semaphore", Family {
+                config: config(vec![Kind::Permit; 3]),
+            }),
+            ("rw lock", Family {
+                config: config(vec![Kind::Read, Kind::Read, Kind::Write]),
+            }),
+        ];
+        let mut rng = Rng(0x00fa_d11e);
+        for (name, model) in &models {
+            for n in 0..walks / 2 {
+                let trace = walk(model, &mut rng, 40);
+                cmd(&mut con, &["FLUSHDB"]);
+                let mut replay = Replay {
+                    con: &mut con,
+                    model,
+                    fences: Vec::new(),
+                    told: BTreeMap::new(),
+                    top: None,
+                    seen: BTreeMap::new(),
+                };
+                for (i, (before, action, after)) in trace.iter().enumerate() {
+                    let step = format!("{name} walk {n} step {i} {action:?}");
+                    replay.step(before, *action, after, &step);
+                    replay.compare(after, &step);
+                    *covered.entry(kind(*action)).or_default() += 1;
+                    steps += 1;
+                }
+                for (k, n) in replay.seen {
+                    *covered.entry(k).or_default() += n;
+                }
+            }
+        }
+        println!(
+            "family conformance: {walks} walks, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+            started.elapsed()
+        );
+        let every = [
+            "Start (waiting)",
+            "Start (one try)",
+            "Apply",
+            "ApplyStray",
+            "Deliver",
+            "Retry",
+            "GiveUp",
+            "Wake",
+            "Renew",
+            "Release",
+            "SeeChange",
+            "Tick",
+            "Cancel",
+            "LoseReply",
+            "DropRequest",
+            "LateAbandon",
+            "Crash",
+            "Restart",
+            "acquire: granted",
+            "acquire: busy",
+            "release: next",
+            "release: released",
+            "release: not ours",
+            "renew",
+            "abandon",
+        ];
+        let missing: Vec<&str> = every
+            .iter()
+            .copied()
+            .filter(|k| !covered.contains_key(k))
+            .collect();
+        assert!(missing.is_empty(), "the walks never took {missing:?}");
+    }
+}

@@ -244,3 +244,59 @@ fn fast_path_failover() {
     );
     assert!(path.is_none(), "a repeated fencing token: {path:?}");
 }
+
+// The lock family (lock-model/src/family.rs): the semaphore and the rw
+// lock, with the same clients, faults and gate as the lock.
+
+use leasehold_model::family::{FamilyConfig, Kind};
+use leasehold_model::{check_family, discover_family};
+
+fn family(name: &str, config: FamilyConfig, reached: &[&str]) {
+    let summary = check_family(config, reached);
+    println!(
+        "model {name}: {} states ({} generated), depth {}, {:.1?}",
+        summary.states, summary.generated, summary.depth, summary.took
+    );
+    assert!(
+        summary.failures.is_empty(),
+        "model {name}:\n{}",
+        summary.failures.join("\n\n")
+    );
+}
+
+fn family_kinds(s: &str) -> Vec<Kind> {
+    s.chars()
+        .map(|c| match c {
+            's' => Kind::Permit,
+            'r' => Kind::Read,
+            _ => Kind::Write,
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, O, L"]
+fn family_probe() {
+    let v = |k: &str, d: u8| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    family(
+        "family probe",
+        FamilyConfig {
+            kinds: family_kinds(&std::env::var("K").unwrap_or_else(|_| "sss".into())),
+            permits: v("N", 2),
+            acquisitions: v("A", 1),
+            horizon: v("H", 3),
+            faults: v("F", 0),
+            client_faults: v("CF", 1) == 1,
+            restarts: v("R", 0) == 1,
+            restart_grace: v("G", 0) == 1,
+            one_try: v("O", 0) == 1,
+            liveness: v("L", 0) == 1,
+        },
+        &[],
+    );
+}
