@@ -1100,6 +1100,9 @@ impl Model for Family {
                 "a waiter in line while it is held",
                 |_, w: &FamWorld| !w.server.line.is_empty() && !w.server.holders.is_empty(),
             ),
+            Property::sometimes("two waiters in line", |_, w: &FamWorld| {
+                w.server.line.len() >= 2
+            }),
             Property::sometimes("two holders at once", |_, w: &FamWorld| {
                 w.clients.iter().filter(|c| c.valid(w.now).is_some()).count() >= 2
             }),

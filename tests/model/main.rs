@@ -249,7 +249,7 @@ fn fast_path_failover() {
 // lock, with the same clients, faults and gate as the lock.
 
 use leasehold_model::family::{FamilyConfig, Kind};
-use leasehold_model::{check_family, discover_family};
+use leasehold_model::check_family;
 
 fn family(name: &str, config: FamilyConfig, reached: &[&str]) {
     let summary = check_family(config, reached);
@@ -298,5 +298,153 @@ fn family_probe() {
             liveness: v("L", 0) == 1,
         },
         &[],
+    );
+}
+
+/// Whether the bigger bounds run too (`LEASEHOLD_MODEL_LONG=1`).
+fn long() -> bool {
+    std::env::var("LEASEHOLD_MODEL_LONG").is_ok_and(|v| v == "1")
+}
+
+fn family_base(kinds: &str) -> FamilyConfig {
+    FamilyConfig {
+        kinds: family_kinds(kinds),
+        permits: 2,
+        acquisitions: 1,
+        horizon: 2,
+        faults: 0,
+        liveness: true,
+        ..FamilyConfig::default()
+    }
+}
+
+/// A semaphore of 2 permits, 3 clients: never 3 holders, fences, the
+/// line, liveness from every state.
+#[test]
+fn family_semaphore() {
+    family(
+        "semaphore, 3 clients, 2 permits",
+        family_base("sss"),
+        &["a waiter in line while it is held", "two holders at once"],
+    );
+}
+
+/// The rw lock, 2 readers and a writer: a writer never beside anyone,
+/// readers that come after a waiting writer wait behind it.
+#[test]
+fn family_rw_lock() {
+    family(
+        "rw lock, 2 readers and a writer",
+        family_base("rrw"),
+        &[
+            "a waiter in line while it is held",
+            "two holders at once",
+            "a writer in line before a reader while readers hold",
+        ],
+    );
+}
+
+/// The client-side faults on the semaphore (a crash, a reply lost and the
+/// call retried or given up, a request lost, an abandon overtaking its own
+/// acquire, a cancelled waiter); a tick in CI, three in the long run.
+#[test]
+fn family_semaphore_client_faults() {
+    family(
+        "semaphore, client faults",
+        FamilyConfig {
+            faults: 1,
+            client_faults: true,
+            one_try: true,
+            horizon: if long() { 3 } else { 1 },
+            ..family_base("sss")
+        },
+        &[
+            "a retried acquire on its way for a grant already its own",
+            "a waiter in line while it is held",
+        ],
+    );
+}
+
+/// The client-side faults on the rw lock: a reader and a writer, two
+/// faults, leases running out.
+#[test]
+fn family_rw_lock_client_faults() {
+    for kinds in ["rw", "wr"] {
+        family(
+            &format!("rw lock ({kinds}), client faults"),
+            FamilyConfig {
+                faults: 2,
+                client_faults: true,
+                one_try: true,
+                horizon: 3,
+                ..family_base(kinds)
+            },
+            &[
+                "a retried acquire on its way for a grant already its own",
+                "a lease ran out and another holds",
+            ],
+        );
+    }
+    if long() {
+        family(
+            "rw lock, 2 readers and a writer, client faults",
+            FamilyConfig {
+                faults: 1,
+                client_faults: true,
+                one_try: true,
+                ..family_base("rrw")
+            },
+            &["a retried acquire on its way for a grant already its own"],
+        );
+    }
+}
+
+/// A restart without persistence, with and without `restart_grace`: the
+/// gate closes the keys a client asked for; the fence floor keeps tokens
+/// increasing over the lost fence key.
+#[test]
+fn family_restart() {
+    for grace in [false, true] {
+        family(
+            &format!("rw lock, restart (grace {grace})"),
+            FamilyConfig {
+                faults: 1,
+                restarts: true,
+                restart_grace: grace,
+                horizon: 3,
+                ..family_base("rw")
+            },
+            &["a waiter waits for a key closed by the gate"],
+        );
+    }
+    if long() {
+        family(
+            "semaphore, restart",
+            FamilyConfig {
+                faults: 1,
+                restarts: true,
+                ..family_base("sss")
+            },
+            &["a waiter waits for a key closed by the gate"],
+        );
+    }
+}
+
+/// Later arrivals on the semaphore: each client acquires twice, so a
+/// holder that comes back meets the waiters already in line (a newcomer
+/// goes only with a permit for everyone before it, and a waiter second in
+/// line only with a permit for the first too). With 3 clients and 2
+/// permits, one acquisition each never makes a line of two. No time
+/// passes in CI (nobody's lease runs out); a tick in the long run.
+#[test]
+fn family_semaphore_newcomers() {
+    family(
+        "semaphore, two acquisitions each",
+        FamilyConfig {
+            acquisitions: 2,
+            horizon: if long() { 1 } else { 0 },
+            ..family_base("sss")
+        },
+        &["a waiter in line while it is held", "two waiters in line"],
     );
 }
