@@ -77,6 +77,10 @@ pub struct FamilyServer {
     /// `P{K}:places` (no key when empty).
     pub places: Vec<Place>,
     pub places_exp: Option<Exp>,
+    /// `P{K}:forced`: the tokens an operator's release took the lease
+    /// from (a set, sorted here), gone at this tick.
+    pub forced: Vec<Tok>,
+    pub forced_exp: Option<Time>,
 }
 
 /// What family_acquire.lua answered.
@@ -146,6 +150,10 @@ impl FamilyServer {
         if self.places_exp.is_some_and(|e| gone(e, now)) {
             self.places.clear();
             self.places_exp = None;
+        }
+        if self.forced_exp.is_some_and(|t| t <= now) {
+            self.forced.clear();
+            self.forced_exp = None;
         }
     }
 
@@ -325,16 +333,46 @@ impl FamilyServer {
         }
     }
 
-    /// family_renew.lua for one lease: 1 renewed, 0 not ours.
+    /// family_renew.lua for one lease: renewed or not.
     pub fn renew(&mut self, token: Tok, now: Time) -> bool {
+        self.renew_code(token, now) == 1
+    }
+
+    /// family_renew.lua's code: 1 renewed, 0 not ours, -2 not ours since
+    /// an operator's release (the forced marker names the token).
+    pub fn renew_code(&mut self, token: Tok, now: Time) -> i64 {
         match self.holders.iter_mut().find(|h| h.token == token) {
             Some(h) if h.until > now => {
                 h.until = now + LEASE;
                 self.outlive_holders(now, now + LEASE);
-                true
+                1
             }
-            _ => false,
+            _ if self.forced.contains(&token) => -2,
+            _ => 0,
         }
+    }
+
+    /// family_force_release.lua: every holder (live or not) goes, the
+    /// forced marker names them all and lives as long as the holders hash
+    /// would have (at least `MIN_MARKER`, a second: less than a tick), and
+    /// the first in line, whoever it is, is told `next:`. Returns the
+    /// code (1 held, 0 not) and the token told.
+    pub fn force_release(&mut self) -> (i64, FamEffects) {
+        let mut effects = FamEffects::default();
+        if self.holders.is_empty() {
+            return (0, effects);
+        }
+        let exp = self.holders_exp;
+        for h in std::mem::take(&mut self.holders) {
+            if !self.forced.contains(&h.token) {
+                self.forced.push(h.token);
+            }
+        }
+        self.forced.sort();
+        self.forced_exp = exp;
+        self.tidy();
+        effects.announced = self.line.first().copied();
+        (1, effects)
     }
 
     /// family_abandon.lua: whether it held one (expired or not).
@@ -383,6 +421,9 @@ pub struct FamilyConfig {
     /// The server restarts without persistence.
     pub restarts: bool,
     pub restart_grace: bool,
+    /// An operator's `force_release` (a fault: it takes the leases of
+    /// holders that still believe in them, by design).
+    pub force_releases: bool,
     pub one_try: bool,
     pub liveness: bool,
 }
@@ -398,6 +439,7 @@ impl Default for FamilyConfig {
             client_faults: false,
             restarts: false,
             restart_grace: false,
+            force_releases: false,
             one_try: false,
             liveness: false,
         }
@@ -442,6 +484,8 @@ pub struct FamClient {
     pub gate: Gate,
     /// Ghost: the fence the server issued to the current token.
     pub issued: Option<u32>,
+    /// Ghost: an operator's release took the current token's grant.
+    pub forced: bool,
 }
 
 impl FamClient {
@@ -470,7 +514,7 @@ impl FamClient {
                 valid,
                 excused,
                 ..
-            } if now < valid => Some((fence, excused)),
+            } if now < valid => Some((fence, excused || self.forced)),
             _ => None,
         }
     }
@@ -612,6 +656,7 @@ impl Family {
             let owner = &mut w.clients[usize::from(token.client)];
             if owner.token(token.client) == token {
                 owner.issued = Some(fence);
+                owner.forced = false;
             }
             if self.overtakes(w, &before, token) {
                 w.overtaken = true;
@@ -717,6 +762,7 @@ impl Model for Family {
                     stray: None,
                     gate: Gate::default(),
                     issued: None,
+                    forced: false,
                 })
                 .collect(),
             max_issued: 0,
@@ -819,6 +865,9 @@ impl Model for Family {
         if faults && cfg.restarts {
             actions.push(Action::Restart);
         }
+        if faults && cfg.force_releases && !w.server.holders.is_empty() {
+            actions.push(Action::ForceRelease);
+        }
     }
 
     fn next_state(&self, last: &FamWorld, action: Action) -> Option<FamWorld> {
@@ -834,6 +883,7 @@ impl Model for Family {
                 cl.r#gen += 1;
                 cl.listening = false;
                 cl.issued = None;
+                cl.forced = false;
                 self.send_acquire(&mut w, c, in_line);
             }
             Action::Apply(c) => {
@@ -1045,6 +1095,21 @@ impl Model for Family {
                 w.changed = Some(now);
                 Self::break_connections(&mut w);
             }
+            Action::ForceRelease => {
+                // The old holders lose their leases while they still
+                // believe in them (what an operator's release is for; the
+                // fences tell them apart): excused from the holder counts
+                // until their next grant.
+                for (i, cl) in w.clients.iter_mut().enumerate() {
+                    let token = cl.token(i as u8);
+                    if w.server.holders.iter().any(|h| h.token == token) {
+                        cl.forced = true;
+                    }
+                }
+                let (_, effects) = w.server.force_release();
+                self.announce(&mut w, effects);
+
+            }
             Action::Replicate | Action::Failover => return None,
         }
         canon(&mut w);
@@ -1088,7 +1153,8 @@ impl Model for Family {
             Property::always("every key has an expiry", |_, w: &FamWorld| {
                 let s = &w.server;
                 let expires = |e: Option<Exp>| matches!(e, Some(Exp::At(_) | Exp::Long));
-                (s.holders.is_empty() || s.holders_exp.is_some())
+                (s.forced.is_empty() || s.forced_exp.is_some())
+                    && (s.holders.is_empty() || s.holders_exp.is_some())
                     && (s.line.is_empty() || expires(s.line_exp))
                     && (s.places.is_empty() || expires(s.places_exp))
             }),
@@ -1143,6 +1209,20 @@ impl Model for Family {
                         && w.clients.iter().any(
                             |c| matches!(c.phase, FamPhase::Holding { valid, .. } if valid <= w.now),
                         )
+                },
+            ),
+            Property::sometimes(
+                "a holder told by its renewal that an operator released it",
+                |_, w: &FamWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        matches!(
+                            c.phase,
+                            FamPhase::Holding {
+                                renewing: Some((_, Flight::Replied(false))),
+                                ..
+                            }
+                        ) && w.server.forced.contains(&c.token(i as u8))
+                    })
                 },
             ),
             Property::sometimes(
@@ -1233,7 +1313,12 @@ pub fn serves(model: &Family, start: &FamWorld) -> Result<(), String> {
             .iter()
             .all(|c| matches!(c.phase, FamPhase::Idle | FamPhase::Dead) && c.stray.is_none());
         let s = &w.server;
-        if all_served && quiet && s.holders.is_empty() && s.line.is_empty() && s.places.is_empty()
+        if all_served
+            && quiet
+            && s.holders.is_empty()
+            && s.line.is_empty()
+            && s.places.is_empty()
+            && s.forced.is_empty()
         {
             return Ok(());
         }

@@ -21,11 +21,14 @@ pub mod scripts;
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries};
+use stateright::{Checker, HasDiscoveries};
 
 pub use protocol::{Action, Config, Protocol, World};
 /// The model's trait (`init_states`, `actions`, `next_state`), for walks.
 pub use stateright::Model;
+/// Which kind a property is (`always`, `sometimes`), for walks that
+/// replay the paths to each.
+pub use stateright::Expectation;
 
 /// What one exhaustive check found.
 #[derive(Debug)]

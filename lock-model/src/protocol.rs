@@ -211,6 +211,9 @@ pub enum Action {
     Crash(u8),
     Restart,
     Failover,
+    /// An operator's `force_release` (the family model only): every
+    /// holder loses its lease at once.
+    ForceRelease,
 }
 
 impl Action {
@@ -224,6 +227,7 @@ impl Action {
                 | Action::Crash(_)
                 | Action::Restart
                 | Action::Failover
+                | Action::ForceRelease
         )
     }
 }
@@ -996,6 +1000,7 @@ impl Model for Protocol {
                 w.changed = Some((now, false));
                 Self::break_connections(&mut w);
             }
+            Action::ForceRelease => return None,
             Action::Failover => {
                 w.server = w.replica.clone().unwrap_or_default();
                 w.epoch += 1;

@@ -143,6 +143,7 @@ fn kind(action: Action) -> &'static str {
         Action::Crash(_) => "Crash",
         Action::Restart => "Restart",
         Action::Failover => "Failover",
+        Action::ForceRelease => "ForceRelease",
     }
 }
 
@@ -627,6 +628,7 @@ impl Replay<'_> {
                 cmd(self.con, &["FLUSHDB"]);
             }
             Action::Failover => self.fail_over(),
+            Action::ForceRelease => unreachable!("the lock model has no operator"),
             Action::Deliver(_)
             | Action::GiveUp(_)
             | Action::Renew(_)
@@ -754,13 +756,14 @@ mod family {
     use std::time::Instant;
 
     use leasehold::__private::{
-        FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE, FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE,
+        FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE, FAMILY_FORCE_RELEASE_SOURCE,
+        FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE,
     };
     use leasehold_model::family::{
         FamAcq, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Kind,
     };
     use leasehold_model::scripts::{Exp, GRACE, LEASE, Tok};
-    use leasehold_model::{Action, Model};
+    use leasehold_model::{Action, Expectation, Model, discover_family};
     use redis::{Connection, Script, Value};
 
     use super::{
@@ -769,7 +772,8 @@ mod family {
     };
     use crate::support::RedisServer;
 
-    const KEYS: [&str; 4] = [LOCK, FENCE, LINE, PLACES];
+    const FORCED: &str = "leasehold:{model}:forced";
+    const KEYS: [&str; 5] = [LOCK, FENCE, LINE, PLACES, FORCED];
 
     fn config(kinds: Vec<Kind>) -> FamilyConfig {
         FamilyConfig {
@@ -781,6 +785,7 @@ mod family {
             client_faults: true,
             restarts: true,
             restart_grace: false,
+            force_releases: true,
             one_try: true,
             liveness: false,
         }
@@ -796,10 +801,29 @@ mod family {
             if actions.is_empty() {
                 break;
             }
-            let action = actions[rng.below(actions.len())];
+            let mut action = actions[rng.below(actions.len())];
+            if action.is_fault() && rng.below(2) == 0 {
+                // Faults are offered at every step: half as often, so
+                // that walks go on to what follows them.
+                action = actions[rng.below(actions.len())];
+            }
             let Some(next) = model.next_state(&state, action) else {
                 continue;
             };
+            out.push((state, action, next.clone()));
+            state = next;
+        }
+        out
+    }
+
+    /// The steps of a path of actions from the initial state.
+    fn path_steps(model: &Family, path: &[Action]) -> Vec<(FamWorld, Action, FamWorld)> {
+        let mut state = model.init_states().remove(0);
+        let mut out = Vec::new();
+        for &action in path {
+            let next = model
+                .next_state(&state, action)
+                .expect("a step of the checker's path");
             out.push((state, action, next.clone()));
             state = next;
         }
@@ -951,6 +975,20 @@ mod family {
                 let pttl = self.pttl(PLACES);
                 self.expiry(&format!("{step}: places"), pttl, s.places_exp, now);
             }
+            // The forced marker.
+            let mut forced: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(FORCED)
+                .query(self.con)
+                .expect("SMEMBERS");
+            forced.sort();
+            let mut want: Vec<String> = s.forced.iter().map(|t| token(*t)).collect();
+            want.sort();
+            assert_eq!(forced, want, "{step}: forced marker");
+            if !s.forced.is_empty() {
+                let pttl = self.pttl(FORCED);
+                let exp = s.forced_exp.map(Exp::At);
+                self.expiry(&format!("{step}: forced marker"), pttl, exp, now);
+            }
         }
 
         /// A tick: every expiry a tick shorter, every lease end and place
@@ -1086,9 +1124,14 @@ mod family {
                         }
                         FamPhase::Holding { .. } => {
                             let real = self.renew(t);
-                            let model = server.renew(t, now);
-                            assert_eq!(real, vec![i64::from(model)], "{step}: renew");
-                            *self.seen.entry("renew").or_default() += 1;
+                            let model = server.renew_code(t, now);
+                            assert_eq!(real, vec![model], "{step}: renew");
+                            let seen = match model {
+                                1 => "renew: renewed",
+                                -2 => "renew: force-released",
+                                _ => "renew: not ours",
+                            };
+                            *self.seen.entry(seen).or_default() += 1;
                         }
                         FamPhase::Releasing { .. } => {
                             let real: Value = Script::new(FAMILY_RELEASE_SOURCE)
@@ -1151,13 +1194,32 @@ mod family {
                         && now < valid
                     {
                         let real = self.renew(t);
-                        let model = before.server.clone().renew(t, now);
-                        assert_eq!(real, vec![i64::from(model)], "{step}: the audit's renewal");
+                        let model = before.server.clone().renew_code(t, now);
+                        assert_eq!(real, vec![model], "{step}: the audit's renewal");
                     }
                 }
                 Action::Tick => self.tick(),
                 Action::Restart => {
                     cmd(self.con, &["FLUSHDB"]);
+                }
+                Action::ForceRelease => {
+                    let real: Vec<Value> = Script::new(FAMILY_FORCE_RELEASE_SOURCE)
+                        .key(LOCK)
+                        .key(LINE)
+                        .key(FORCED)
+                        .arg(CHANNEL)
+                        .arg("PUBLISH")
+                        .arg(1000)
+                        .invoke(self.con)
+                        .expect("family_force_release.lua");
+                    let mut server = before.server.clone();
+                    let (code, effects) = server.force_release();
+                    assert_eq!(int(&real[0]), code, "{step}: force_release");
+                    let next = match &real[2] {
+                        Value::BulkString(b) => Some(tok_of(std::str::from_utf8(b).unwrap())),
+                        _ => None,
+                    };
+                    assert_eq!(next, effects.announced, "{step}: force_release's next");
                 }
                 _ => {}
             }
@@ -1204,6 +1266,59 @@ mod family {
             }),
         ];
         let mut rng = Rng(0x00fa_d11e);
+        // First the checker's shortest paths to what each `sometimes`
+        // property names (each fault's aftermath among them), then the
+        // random walks.
+        // (Two clients, so that the search for a property never reached
+        // stays short: a semaphore of one permit, a reader and a writer.)
+        let small = [
+            ("semaphore", vec![Kind::Permit; 2], 1),
+            ("rw lock", vec![Kind::Read, Kind::Write], 2),
+        ]
+        .map(|(name, kinds, permits)| {
+            let config = FamilyConfig {
+                acquisitions: 1,
+                horizon: 3,
+                faults: 1,
+                permits,
+                ..config(kinds)
+            };
+            (name, Family { config })
+        });
+        let mut paths: Vec<(String, &Family, Vec<Action>)> = Vec::new();
+        for (name, model) in &small {
+            for property in model.properties() {
+                if property.expectation != Expectation::Sometimes {
+                    continue;
+                }
+                if let Some(path) = discover_family(model.config.clone(), property.name) {
+                    paths.push((format!("{name}: {}", property.name), model, path));
+                }
+            }
+        }
+        let reached = paths.len();
+        for (what, model, path) in &paths {
+            cmd(&mut con, &["FLUSHDB"]);
+            let mut replay = Replay {
+                con: &mut con,
+                model,
+                fences: Vec::new(),
+                told: BTreeMap::new(),
+                top: None,
+                seen: BTreeMap::new(),
+            };
+            for (i, (before, action, after)) in path_steps(model, path).iter().enumerate() {
+                let step = format!("path to {what:?} step {i} {action:?}");
+                replay.step(before, *action, after, &step);
+                replay.compare(after, &step);
+                *covered.entry(kind(*action)).or_default() += 1;
+                steps += 1;
+            }
+            for (k, n) in replay.seen {
+                *covered.entry(k).or_default() += n;
+            }
+        }
+        println!("family conformance: {reached} paths of the checker replayed");
         for (name, model) in &models {
             for n in 0..walks / 2 {
                 let trace = walk(model, &mut rng, 40);
@@ -1256,8 +1371,11 @@ mod family {
             "release: next",
             "release: released",
             "release: not ours",
-            "renew",
+            "renew: renewed",
+            "renew: not ours",
+            "renew: force-released",
             "abandon",
+            "ForceRelease",
         ];
         let missing: Vec<&str> = every
             .iter()

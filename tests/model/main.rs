@@ -275,7 +275,7 @@ fn family_kinds(s: &str) -> Vec<Kind> {
 }
 
 #[test]
-#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, O, L"]
+#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L"]
 fn family_probe() {
     let v = |k: &str, d: u8| {
         std::env::var(k)
@@ -294,6 +294,7 @@ fn family_probe() {
             client_faults: v("CF", 1) == 1,
             restarts: v("R", 0) == 1,
             restart_grace: v("G", 0) == 1,
+            force_releases: v("FR", 0) == 1,
             one_try: v("O", 0) == 1,
             liveness: v("L", 0) == 1,
         },
@@ -447,4 +448,24 @@ fn family_semaphore_newcomers() {
         },
         &["a waiter in line while it is held", "two waiters in line"],
     );
+}
+
+/// An operator's release (force_release) while readers or a permit hold:
+/// the old holders' renewals say so, the next in line is told, the fences
+/// go on increasing.
+#[test]
+fn family_force_release() {
+    for kinds in ["rw", "ss"] {
+        family(
+            &format!("force release ({kinds})"),
+            FamilyConfig {
+                faults: 1,
+                force_releases: true,
+                horizon: 3,
+                permits: 1,
+                ..family_base(kinds)
+            },
+            &["a holder told by its renewal that an operator released it"],
+        );
+    }
 }

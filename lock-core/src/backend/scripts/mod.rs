@@ -51,6 +51,7 @@ pub(crate) use acquire::acquire;
 pub use family_abandon::SOURCE as FAMILY_ABANDON_SOURCE;
 pub(crate) use family_abandon::family_abandon;
 pub use family_acquire::SOURCE as FAMILY_ACQUIRE_SOURCE;
+pub use family_force_release::SOURCE as FAMILY_FORCE_RELEASE_SOURCE;
 pub(crate) use family_acquire::family_acquire;
 pub(crate) use family_force_release::family_force_release;
 pub(crate) use family_inspect::family_inspect;
