@@ -128,7 +128,8 @@ pub use request::LockRequest;
 pub mod __private {
     pub use crate::backend::scripts::{
         ABANDON_SOURCE, ACQUIRE_SOURCE, FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE,
-        FAMILY_FORCE_RELEASE_SOURCE, FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+        FAMILY_FORCE_RELEASE_SOURCE, FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE, LOCK_ALL_SOURCE,
+        RELEASE_SOURCE, RENEW_SOURCE,
     };
     pub use crate::client::LockClient;
     pub use crate::global::global_client;

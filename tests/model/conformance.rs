@@ -935,7 +935,11 @@ mod family {
             match (&fence, s.fence) {
                 (None, None) => {}
                 (Some(v), Some(f)) => {
-                    self.pair(f, v.parse().expect("a fence"), &format!("{step}: fence key"));
+                    self.pair(
+                        f,
+                        v.parse().expect("a fence"),
+                        &format!("{step}: fence key"),
+                    );
                     let pttl = self.pttl(FENCE);
                     self.expiry(&format!("{step}: fence"), pttl, Some(Exp::Long), now);
                 }
@@ -1024,7 +1028,10 @@ mod family {
             for (t, value) in places {
                 let (k, until) = value.split_at(1);
                 let until: i64 = until.parse().unwrap();
-                cmd(self.con, &["HSET", PLACES, &t, &format!("{k}{}", until - TICK_MS)]);
+                cmd(
+                    self.con,
+                    &["HSET", PLACES, &t, &format!("{k}{}", until - TICK_MS)],
+                );
             }
         }
 
@@ -1258,12 +1265,18 @@ mod family {
         let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
         let mut steps = 0;
         let models = [
-            ("semaphore", Family {
-                config: config(vec![Kind::Permit; 3]),
-            }),
-            ("rw lock", Family {
-                config: config(vec![Kind::Read, Kind::Read, Kind::Write]),
-            }),
+            (
+                "semaphore",
+                Family {
+                    config: config(vec![Kind::Permit; 3]),
+                },
+            ),
+            (
+                "rw lock",
+                Family {
+                    config: config(vec![Kind::Read, Kind::Read, Kind::Write]),
+                },
+            ),
         ];
         let mut rng = Rng(0x00fa_d11e);
         // First the checker's shortest paths to what each `sometimes`
@@ -1291,7 +1304,9 @@ mod family {
                 // (Two readers are needed for this one: not with two
                 // clients, and the search for it would cover everything.)
                 if property.expectation != Expectation::Sometimes
-                    || property.name.starts_with("a writer in line before a reader")
+                    || property
+                        .name
+                        .starts_with("a writer in line before a reader")
                 {
                     continue;
                 }
@@ -1388,4 +1403,79 @@ mod family {
             .collect();
         assert!(missing.is_empty(), "the walks never took {missing:?}");
     }
+}
+
+/// A defect found while modelling the family (lock_all.lua's busy branch):
+/// a `lock_all` whose grant's reply was lost is retried with the same
+/// token; meanwhile the lease of its second key ran out and a plain lock
+/// took that key. The retry is busy, and the caller believes it holds
+/// nothing while it waits, but the script left it the first key (still
+/// its own from the lost grant), blocking that key for the rest of the
+/// lease and breaking "nothing is held while waiting". Fixed: the busy
+/// branch gives back every key still the caller's.
+#[test]
+fn a_busy_lock_all_gives_back_the_keys_it_still_held() {
+    use leasehold::__private::LOCK_ALL_SOURCE;
+
+    let server = RedisServer::start();
+    let mut con = server.connection().expect("a connection");
+    let key = |k: &str, what: &str| format!("leasehold:{{all}}:{k}:{what}");
+    let names = |k: &str| ["lock", "fence", "line", "places"].map(|what| key(k, what));
+    let all = Tok {
+        client: 0,
+        r#gen: 0,
+    };
+    let plain = Tok {
+        client: 1,
+        r#gen: 0,
+    };
+    let lock_all = |con: &mut Connection| -> Value {
+        let script = Script::new(LOCK_ALL_SOURCE);
+        let mut call = script.prepare_invoke();
+        for k in ["a", "b"] {
+            for name in names(k) {
+                call.key(name);
+            }
+        }
+        call.arg(token(all))
+            .arg(30_000)
+            .arg(30_000 + FENCE_MEMORY_MS)
+            .arg(1_000)
+            .arg("PUBLISH")
+            .arg(key("a", "released"))
+            .arg(key("b", "released"));
+        call.invoke(con).expect("lock_all.lua")
+    };
+    // Granted both; the reply is lost.
+    assert!(matches!(lock_all(&mut con), Value::Array(_)));
+    // The lease of b runs out (its key goes, as Redis would at its
+    // expiry), and a plain lock takes b.
+    cmd(&mut con, &["DEL", &key("b", "lock")]);
+    let [lock, fence, line, places] = names("b");
+    let taken: Value = Script::new(ACQUIRE_SOURCE)
+        .key(lock)
+        .key(fence)
+        .key(line)
+        .key(places)
+        .arg(token(plain))
+        .arg(30_000)
+        .arg(30_000 + FENCE_MEMORY_MS)
+        .arg(0)
+        .arg(0)
+        .invoke(&mut con)
+        .expect("acquire.lua");
+    assert!(matches!(taken, Value::BulkString(_)), "{taken:?}");
+    // The retry is busy (b is the plain lock's), and holds nothing.
+    let retried = lock_all(&mut con);
+    assert!(matches!(retried, Value::Int(ms) if ms > 0), "{retried:?}");
+    let a = text(&cmd(&mut con, &["GET", &key("a", "lock")]));
+    assert_eq!(a, None, "a busy lock_all still holds key a");
+    // It waits in b's line only.
+    let line: Vec<String> = redis::cmd("LRANGE")
+        .arg(key("b", "line"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .expect("LRANGE");
+    assert_eq!(line, vec![token(all)]);
 }
