@@ -114,7 +114,13 @@ pub struct FamEffects {
 
 /// family.lua's `may_go`: whether a waiter of `kind` at `position`
 /// (1-based; `line.len() + 1` for one not in line) may go now.
-pub fn may_go(kind: Kind, position: usize, holders: &[Holder], line: &[Place], permits: u8) -> bool {
+pub fn may_go(
+    kind: Kind,
+    position: usize,
+    holders: &[Holder],
+    line: &[Place],
+    permits: u8,
+) -> bool {
     match kind {
         Kind::Permit => holders.len() + position <= usize::from(permits),
         Kind::Write => holders.is_empty() && position == 1,
@@ -1108,7 +1114,6 @@ impl Model for Family {
                 }
                 let (_, effects) = w.server.force_release();
                 self.announce(&mut w, effects);
-
             }
             Action::Replicate | Action::Failover => return None,
         }
@@ -1142,10 +1147,9 @@ impl Model for Family {
                         || valid.iter().all(|&(i, _)| m.config.kinds[i] != Kind::Write)
                 },
             ),
-            Property::always(
-                "fencing tokens strictly increase",
-                |_, w: &FamWorld| !w.fence_bad,
-            ),
+            Property::always("fencing tokens strictly increase", |_, w: &FamWorld| {
+                !w.fence_bad
+            }),
             Property::always(
                 "no waiter is overtaken by a later arrival",
                 |_, w: &FamWorld| !w.overtaken,
@@ -1162,15 +1166,18 @@ impl Model for Family {
                 "a fair run from here serves every waiter and leaves no key behind",
                 |m: &Family, w: &FamWorld| !m.config.liveness || serves(m, w).is_ok(),
             ),
-            Property::sometimes(
-                "a waiter in line while it is held",
-                |_, w: &FamWorld| !w.server.line.is_empty() && !w.server.holders.is_empty(),
-            ),
+            Property::sometimes("a waiter in line while it is held", |_, w: &FamWorld| {
+                !w.server.line.is_empty() && !w.server.holders.is_empty()
+            }),
             Property::sometimes("two waiters in line", |_, w: &FamWorld| {
                 w.server.line.len() >= 2
             }),
             Property::sometimes("two holders at once", |_, w: &FamWorld| {
-                w.clients.iter().filter(|c| c.valid(w.now).is_some()).count() >= 2
+                w.clients
+                    .iter()
+                    .filter(|c| c.valid(w.now).is_some())
+                    .count()
+                    >= 2
             }),
             Property::sometimes(
                 "a writer in line before a reader while readers hold",
@@ -1194,23 +1201,16 @@ impl Model for Family {
                                 ..
                             }
                         ) && c.issued.is_some()
-                            && w
-                                .server
-                                .holders
-                                .iter()
-                                .any(|h| h.token == c.token(i as u8))
+                            && w.server.holders.iter().any(|h| h.token == c.token(i as u8))
                     })
                 },
             ),
-            Property::sometimes(
-                "a lease ran out and another holds",
-                |_, w: &FamWorld| {
-                    w.clients.iter().any(|c| c.valid(w.now).is_some())
-                        && w.clients.iter().any(
-                            |c| matches!(c.phase, FamPhase::Holding { valid, .. } if valid <= w.now),
-                        )
-                },
-            ),
+            Property::sometimes("a lease ran out and another holds", |_, w: &FamWorld| {
+                w.clients.iter().any(|c| c.valid(w.now).is_some())
+                    && w.clients.iter().any(
+                        |c| matches!(c.phase, FamPhase::Holding { valid, .. } if valid <= w.now),
+                    )
+            }),
             Property::sometimes(
                 "a holder told by its renewal that an operator released it",
                 |_, w: &FamWorld| {

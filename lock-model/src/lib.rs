@@ -7,7 +7,10 @@
 //!   deadline, renew, release, abandon), the gate of SPEC 13, the faults
 //!   as actions, and the properties;
 //! - [`fair`]: liveness: from a state, a run without faults in which
-//!   holders keep releasing serves every waiter and leaves no key behind.
+//!   holders keep releasing serves every waiter and leaves no key behind;
+//! - [`family`]: the semaphore and the read-write lock (the family's keys
+//!   and scripts, clients of one kind each with the same actions and
+//!   faults, their properties and liveness).
 //!
 //! The checks run in the root package's `tests/model` (`cargo test --test
 //! model`), which also replays the model's traces against a real
@@ -24,11 +27,11 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, HasDiscoveries};
 
 pub use protocol::{Action, Config, Protocol, World};
-/// The model's trait (`init_states`, `actions`, `next_state`), for walks.
-pub use stateright::Model;
 /// Which kind a property is (`always`, `sometimes`), for walks that
 /// replay the paths to each.
 pub use stateright::Expectation;
+/// The model's trait (`init_states`, `actions`, `next_state`), for walks.
+pub use stateright::Model;
 
 /// What one exhaustive check found.
 #[derive(Debug)]

@@ -248,8 +248,8 @@ fn fast_path_failover() {
 // The lock family (lock-model/src/family.rs): the semaphore and the rw
 // lock, with the same clients, faults and gate as the lock.
 
-use leasehold_model::family::{FamilyConfig, Kind};
 use leasehold_model::check_family;
+use leasehold_model::family::{FamilyConfig, Kind};
 
 fn family(name: &str, config: FamilyConfig, reached: &[&str]) {
     let summary = check_family(config, reached);
