@@ -1407,8 +1407,10 @@ mod family {
 
 /// A defect found while modelling the family (lock_all.lua's busy branch):
 /// a `lock_all` whose grant's reply was lost is retried with the same
-/// token; meanwhile the lease of its second key ran out and a plain lock
-/// took that key. The retry is busy, and the caller believes it holds
+/// token; meanwhile its second key alone was taken from it (an operator's
+/// force_release of that key, an eviction, a failover that lost that
+/// write: the test deletes it) and a plain lock took that key. The retry is
+/// busy, and the caller believes it holds
 /// nothing while it waits, but the script left it the first key (still
 /// its own from the lost grant), blocking that key for the rest of the
 /// lease and breaking "nothing is held while waiting". Fixed: the busy
@@ -1448,8 +1450,8 @@ fn a_busy_lock_all_gives_back_the_keys_it_still_held() {
     };
     // Granted both; the reply is lost.
     assert!(matches!(lock_all(&mut con), Value::Array(_)));
-    // The lease of b runs out (its key goes, as Redis would at its
-    // expiry), and a plain lock takes b.
+    // Key b alone is lost (as by an operator's release of it), and a
+    // plain lock takes b.
     cmd(&mut con, &["DEL", &key("b", "lock")]);
     let [lock, fence, line, places] = names("b");
     let taken: Value = Script::new(ACQUIRE_SOURCE)

@@ -45,8 +45,9 @@ impl MemoryBackend {
         }
         if let Some((blocking, sleep)) = blocked {
             // Give back every other key still ours (a grant whose reply was
-            // lost, retried after one of its leases ran out and another took
-            // that key: nothing is held while waiting) and leave every other
+            // lost, retried after one of its keys alone was taken from it by
+            // a force_release and given to another: nothing is held while
+            // waiting) and leave every other
             // line; where that makes a waiter first of a free lock, tell it
             // (after the table is let go).
             let mut told = Vec::new();

@@ -130,8 +130,9 @@ if not blocked then
 end
 
 -- Not now. Give back every other key still ours (a grant whose reply was
--- lost, retried after one of its leases ran out and another took that key:
--- the caller believes it holds nothing, and must not, while it waits), leave
+-- lost, retried after one of its keys alone was taken from it, e.g. by an
+-- operator's force_release, and given to another: the caller believes it
+-- holds nothing, and must not, while it waits), leave
 -- every other line (telling the new first in line when the lock there is
 -- free), and with a wait, keep a place in the blocking key's.
 for i = 1, n do
