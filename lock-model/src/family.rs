@@ -1115,7 +1115,7 @@ impl Model for Family {
                 let (_, effects) = w.server.force_release();
                 self.announce(&mut w, effects);
             }
-            Action::Replicate | Action::Failover => return None,
+            Action::Replicate | Action::Failover | Action::LoseKey(_) => return None,
         }
         canon(&mut w);
         Some(w)

@@ -17,6 +17,7 @@
 //! `redis-server` with the real scripts. This crate is built optimised even
 //! in debug builds (the workspace's profile), so the checks stay short.
 
+pub mod all;
 pub mod fair;
 pub mod family;
 pub mod protocol;
@@ -57,6 +58,11 @@ pub fn check(config: Config, reached: &[&str]) -> Summary {
 /// [`check`] for the family model (the semaphore and the rw lock).
 pub fn check_family(config: family::FamilyConfig, reached: &[&str]) -> Summary {
     run(family::Family { config }, reached)
+}
+
+/// [`check`] for `lock_all` on two keys beside plain locks.
+pub fn check_all(config: all::AllConfig, reached: &[&str]) -> Summary {
+    run(all::LockAll { config }, reached)
 }
 
 /// The actions of the shortest path to a state that breaks (`always`) or

@@ -214,6 +214,9 @@ pub enum Action {
     /// An operator's `force_release` (the family model only): every
     /// holder loses its lease at once.
     ForceRelease,
+    /// One key alone loses its lock (the lock_all model only: a
+    /// `force_release` of that key, an eviction).
+    LoseKey(u8),
 }
 
 impl Action {
@@ -228,6 +231,7 @@ impl Action {
                 | Action::Restart
                 | Action::Failover
                 | Action::ForceRelease
+                | Action::LoseKey(_)
         )
     }
 }
@@ -1000,7 +1004,7 @@ impl Model for Protocol {
                 w.changed = Some((now, false));
                 Self::break_connections(&mut w);
             }
-            Action::ForceRelease => return None,
+            Action::ForceRelease | Action::LoseKey(_) => return None,
             Action::Failover => {
                 w.server = w.replica.clone().unwrap_or_default();
                 w.epoch += 1;

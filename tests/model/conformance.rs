@@ -144,6 +144,7 @@ fn kind(action: Action) -> &'static str {
         Action::Restart => "Restart",
         Action::Failover => "Failover",
         Action::ForceRelease => "ForceRelease",
+        Action::LoseKey(_) => "LoseKey",
     }
 }
 
@@ -628,7 +629,9 @@ impl Replay<'_> {
                 cmd(self.con, &["FLUSHDB"]);
             }
             Action::Failover => self.fail_over(),
-            Action::ForceRelease => unreachable!("the lock model has no operator"),
+            Action::ForceRelease | Action::LoseKey(_) => {
+                unreachable!("the lock model has no operator")
+            }
             Action::Deliver(_)
             | Action::GiveUp(_)
             | Action::Renew(_)
