@@ -1484,3 +1484,484 @@ fn a_busy_lock_all_gives_back_the_keys_it_still_held() {
         .expect("LRANGE");
     assert_eq!(line, vec![token(all)]);
 }
+
+// The lock_all model (lock-model/src/all.rs) tied to lock_all.lua and the
+// plain scripts on its two keys: walks of two lock_all callers and a plain
+// lock of the second key, with every fault of that model, each step
+// replayed and both keys' every Redis key compared.
+
+mod all {
+    use std::collections::BTreeMap;
+
+    use leasehold::__private::{
+        ABANDON_SOURCE, ACQUIRE_SOURCE, LOCK_ALL_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+    };
+    use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes};
+    use leasehold_model::protocol::Flight;
+    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, Server, Tok};
+    use leasehold_model::{Action, Model};
+    use redis::{Connection, Script, Value};
+
+    use super::{FENCE_MEMORY_MS, Rng, SLACK_MS, TICK_MS, cmd, int, kind, server_ms, text, token};
+    use crate::support::RedisServer;
+
+    fn name(k: usize, what: &str) -> String {
+        format!("leasehold:{{all}}:k{k}:{what}")
+    }
+
+    fn names(k: usize) -> [String; 4] {
+        ["lock", "fence", "line", "places"].map(|what| name(k, what))
+    }
+
+    struct Replay<'a> {
+        con: &'a mut Connection,
+        model: &'a LockAll,
+        /// Per key, the real fence each client was told (with the model's).
+        told: [BTreeMap<u8, (u32, u64)>; 2],
+        seen: BTreeMap<&'static str, usize>,
+    }
+
+    fn pair(pairs: &mut Vec<(u32, u64)>, model: u32, real: u64, what: &str) {
+        for &(m, r) in pairs.iter() {
+            assert_eq!(
+                m.cmp(&model),
+                r.cmp(&real),
+                "{what}: fence {real} stands for the model's {model}, but {r} stood for {m}"
+            );
+        }
+        pairs.push((model, real));
+    }
+
+    fn expiry(what: &str, pttl: i64, exp: Option<Exp>, now: u8) {
+        match exp {
+            None | Some(Exp::Persist) => assert_eq!(pttl, -1, "{what}: PTTL {pttl}"),
+            Some(Exp::Long) => assert!(pttl > FENCE_MEMORY_MS / 2, "{what}: PTTL {pttl}"),
+            Some(Exp::At(t)) => {
+                let want = (i64::from(t) - i64::from(now)) * TICK_MS;
+                assert!(
+                    (pttl - want).abs() <= SLACK_MS,
+                    "{what}: PTTL {pttl}, the model says {want} ms"
+                );
+            }
+        }
+    }
+
+    impl Replay<'_> {
+        fn pttl(&mut self, key: &str) -> i64 {
+            int(&cmd(self.con, &["PTTL", key]))
+        }
+
+        fn compare(&mut self, w: &AllWorld, step: &str) {
+            let now = w.now;
+            for k in 0..2 {
+                let s: &Server = &w.keys[k];
+                let [lock, fence, line, places] = names(k);
+                let mut pairs: Vec<(u32, u64)> = self.told[k].values().copied().collect();
+                let told = pairs.clone();
+                pairs.clear();
+                for (m, r) in told {
+                    pair(&mut pairs, m, r, &format!("{step}: key {k}, a fence told"));
+                }
+                let value = text(&cmd(self.con, &["GET", &lock]));
+                match (&value, s.lock) {
+                    (None, None) => {}
+                    (Some(v), Some(l)) => {
+                        let (marked, owner) = v
+                            .strip_prefix('+')
+                            .map_or((false, v.as_str()), |o| (true, o));
+                        assert_eq!(owner, token(l.owner), "{step}: key {k} owner");
+                        assert_eq!(marked, l.marked, "{step}: key {k} lock marker");
+                        let pttl = self.pttl(&lock);
+                        expiry(
+                            &format!("{step}: key {k} lock"),
+                            pttl,
+                            Some(Exp::At(l.exp)),
+                            now,
+                        );
+                    }
+                    (real, model) => {
+                        panic!("{step}: key {k} lock in Redis {real:?}, in the model {model:?}")
+                    }
+                }
+                let value = text(&cmd(self.con, &["GET", &fence]));
+                match (&value, s.fence) {
+                    (None, None) => {}
+                    (Some(v), Some(f)) => {
+                        let (marked, n) = v
+                            .strip_prefix('+')
+                            .map_or((false, v.as_str()), |o| (true, o));
+                        assert_eq!(marked, f.marked, "{step}: key {k} fence marker");
+                        let real: u64 = n.parse().expect("a fence");
+                        if f.value != 0 {
+                            pair(&mut pairs, f.value, real, &format!("{step}: key {k} fence"));
+                        }
+                        let pttl = self.pttl(&fence);
+                        expiry(&format!("{step}: key {k} fence"), pttl, Some(f.exp), now);
+                    }
+                    (real, model) => {
+                        panic!("{step}: key {k} fence in Redis {real:?}, in the model {model:?}")
+                    }
+                }
+                let real_line: Vec<String> = redis::cmd("LRANGE")
+                    .arg(&line)
+                    .arg(0)
+                    .arg(-1)
+                    .query(self.con)
+                    .expect("LRANGE");
+                let want: Vec<String> = s.line.iter().map(|t| token(*t)).collect();
+                assert_eq!(real_line, want, "{step}: key {k} line");
+                if !s.line.is_empty() {
+                    let pttl = self.pttl(&line);
+                    expiry(&format!("{step}: key {k} line"), pttl, s.line_exp, now);
+                }
+                let real_places: BTreeMap<String, i64> = redis::cmd("HGETALL")
+                    .arg(&places)
+                    .query(self.con)
+                    .expect("HGETALL");
+                let clock = server_ms(self.con);
+                let want: BTreeMap<String, u8> =
+                    s.places.iter().map(|(t, at)| (token(*t), *at)).collect();
+                assert_eq!(
+                    real_places.keys().collect::<Vec<_>>(),
+                    want.keys().collect::<Vec<_>>(),
+                    "{step}: key {k} places"
+                );
+                for (t, at) in &want {
+                    let left = real_places[t] - clock;
+                    let model = (i64::from(*at) - i64::from(now)) * TICK_MS;
+                    assert!(
+                        (left - model).abs() <= SLACK_MS,
+                        "{step}: key {k} place of {t} kept {left} ms more, the model says {model}"
+                    );
+                }
+                if !s.places.is_empty() {
+                    let pttl = self.pttl(&places);
+                    expiry(&format!("{step}: key {k} places"), pttl, s.places_exp, now);
+                }
+            }
+        }
+
+        fn tick(&mut self) {
+            for k in 0..2 {
+                for key in names(k) {
+                    let pttl = self.pttl(&key);
+                    if pttl < 0 {
+                        continue;
+                    }
+                    let left = pttl - TICK_MS;
+                    if left < SLACK_MS {
+                        cmd(self.con, &["DEL", &key]);
+                    } else {
+                        cmd(self.con, &["PEXPIRE", &key, &left.to_string()]);
+                    }
+                }
+                let places = name(k, "places");
+                let real: BTreeMap<String, i64> = redis::cmd("HGETALL")
+                    .arg(&places)
+                    .query(self.con)
+                    .expect("HGETALL");
+                for (t, at) in real {
+                    cmd(
+                        self.con,
+                        &["HSET", &places, &t, &(at - TICK_MS).to_string()],
+                    );
+                }
+            }
+        }
+
+        fn fences(real: &Value) -> Vec<u64> {
+            match real {
+                Value::Array(parts) => parts
+                    .iter()
+                    .map(|p| text(p).expect("a fence").parse().expect("a fence"))
+                    .collect(),
+                Value::BulkString(_) => vec![text(real).unwrap().parse().unwrap()],
+                other => panic!("a grant, not {other:?}"),
+            }
+        }
+
+        fn step(&mut self, before: &AllWorld, action: Action, after: &AllWorld, step: &str) {
+            let now = before.now;
+            let ttl = i64::from(LEASE) * TICK_MS;
+            match action {
+                Action::Apply(c) => {
+                    let ci = usize::from(c);
+                    let cl = &before.clients[ci];
+                    let t: Tok = cl.token(c);
+                    let takes = self.model.config.clients[ci];
+                    let keys = takes.keys();
+                    match cl.phase {
+                        AllPhase::Acquiring { .. } => {
+                            let real: Value = match takes {
+                                Takes::Both => {
+                                    let script = Script::new(LOCK_ALL_SOURCE);
+                                    let mut call = script.prepare_invoke();
+                                    for k in 0..2 {
+                                        for n in names(k) {
+                                            call.key(n);
+                                        }
+                                    }
+                                    call.arg(token(t))
+                                        .arg(ttl)
+                                        .arg(ttl + FENCE_MEMORY_MS)
+                                        .arg(i64::from(GRACE) * TICK_MS)
+                                        .arg("PUBLISH")
+                                        .arg(name(0, "released"))
+                                        .arg(name(1, "released"));
+                                    call.invoke(self.con).expect("lock_all.lua")
+                                }
+                                Takes::One(k) => {
+                                    let [lock, fence, line, places] = names(usize::from(k));
+                                    Script::new(ACQUIRE_SOURCE)
+                                        .key(lock)
+                                        .key(fence)
+                                        .key(line)
+                                        .key(places)
+                                        .arg(token(t))
+                                        .arg(ttl)
+                                        .arg(ttl + FENCE_MEMORY_MS)
+                                        .arg(i64::from(GRACE) * TICK_MS)
+                                        .arg(0)
+                                        .invoke(self.con)
+                                        .expect("acquire.lua")
+                                }
+                            };
+                            let mut servers = before.keys.clone();
+                            let model = match takes {
+                                Takes::Both => {
+                                    leasehold_model::all::lock_all(
+                                        &mut servers,
+                                        t,
+                                        true,
+                                        now,
+                                        before.clock,
+                                    )
+                                    .0
+                                }
+                                Takes::One(k) => {
+                                    let k = usize::from(k);
+                                    match servers[k].acquire(t, true, now, before.clock, false).0 {
+                                        AcqReply::Granted(f) => {
+                                            let mut fences = [0; 2];
+                                            fences[k] = f;
+                                            AllReply::Granted(fences)
+                                        }
+                                        AcqReply::Busy(ms) => AllReply::Busy(ms),
+                                    }
+                                }
+                            };
+                            match (&real, model) {
+                                (Value::Int(ms), AllReply::Busy(sleep)) => {
+                                    if sleep < 0 {
+                                        assert_eq!(*ms, i64::from(sleep), "{step}: busy");
+                                    } else {
+                                        let want = i64::from(sleep) * TICK_MS;
+                                        assert!(
+                                            (ms - want).abs() <= SLACK_MS,
+                                            "{step}: busy for {ms} ms, the model says {want}"
+                                        );
+                                    }
+                                    *self.seen.entry("acquire: busy").or_default() += 1;
+                                }
+                                (real, AllReply::Granted(fences)) => {
+                                    let got = Self::fences(real);
+                                    assert_eq!(got.len(), keys.len(), "{step}: fences");
+                                    for (&k, real) in keys.iter().zip(got) {
+                                        self.told[k].insert(c, (fences[k], real));
+                                    }
+                                    let what = match takes {
+                                        Takes::Both => "lock_all: granted",
+                                        Takes::One(_) => "plain: granted",
+                                    };
+                                    *self.seen.entry(what).or_default() += 1;
+                                }
+                                (real, model) => {
+                                    panic!("{step}: answered {real:?}, the model {model:?}")
+                                }
+                            }
+                        }
+                        AllPhase::Holding { .. } => {
+                            let script = Script::new(RENEW_SOURCE);
+                            let mut call = script.prepare_invoke();
+                            for &k in &keys {
+                                call.key(name(k, "lock"));
+                            }
+                            for _ in &keys {
+                                call.arg(token(t)).arg(ttl);
+                            }
+                            let real: Vec<i64> = call.invoke(self.con).expect("renew.lua");
+                            let mut servers = before.keys.clone();
+                            let model: Vec<i64> = keys
+                                .iter()
+                                .map(|&k| i64::from(servers[k].renew(t, now)))
+                                .collect();
+                            assert_eq!(real, model, "{step}: renew");
+                            *self.seen.entry("renew").or_default() += 1;
+                        }
+                        AllPhase::Releasing { .. } => {
+                            let mut servers = before.keys.clone();
+                            for &k in &keys {
+                                let [lock, _, line, places] = names(k);
+                                let real: Value = Script::new(RELEASE_SOURCE)
+                                    .key(lock)
+                                    .key(line)
+                                    .key(places)
+                                    .arg(token(t))
+                                    .arg(0)
+                                    .arg(name(k, "released"))
+                                    .arg("PUBLISH")
+                                    .arg(0)
+                                    .invoke(self.con)
+                                    .expect("release.lua");
+                                let (model, _) = servers[k].release(t, now, None);
+                                let same = matches!(
+                                    (&real, model),
+                                    (Value::Int(0), leasehold_model::scripts::RelReply::NotOurs)
+                                        | (
+                                            Value::Int(1),
+                                            leasehold_model::scripts::RelReply::Released
+                                        )
+                                        | (
+                                            Value::BulkString(_),
+                                            leasehold_model::scripts::RelReply::Next(_)
+                                        )
+                                );
+                                assert!(same, "{step}: release {real:?}, the model {model:?}");
+                                self.told[k].remove(&c);
+                            }
+                            *self.seen.entry("release").or_default() += 1;
+                        }
+                        AllPhase::Abandoning { .. } => {
+                            let mut servers = before.keys.clone();
+                            for &k in &keys {
+                                let [lock, _, line, places] = names(k);
+                                let real: i64 = Script::new(ABANDON_SOURCE)
+                                    .key(lock)
+                                    .key(line)
+                                    .key(places)
+                                    .arg(token(t))
+                                    .arg(name(k, "released"))
+                                    .arg("PUBLISH")
+                                    .invoke(self.con)
+                                    .expect("abandon.lua");
+                                let (model, _) = servers[k].abandon(t);
+                                assert_eq!(real, i64::from(model), "{step}: abandon");
+                                self.told[k].remove(&c);
+                            }
+                            *self.seen.entry("abandon").or_default() += 1;
+                        }
+                        _ => panic!("{step}: nothing to apply"),
+                    }
+                }
+                Action::Tick => self.tick(),
+                Action::LoseKey(k) => {
+                    cmd(self.con, &["DEL", &name(usize::from(k), "lock")]);
+                }
+                _ => {}
+            }
+            // Follow each told fence to the model's new numbering.
+            for k in 0..2 {
+                let mut told = BTreeMap::new();
+                for (&c, &(_, real)) in &self.told[k] {
+                    match after.clients[usize::from(c)].phase {
+                        AllPhase::Holding { fences, .. }
+                        | AllPhase::Acquiring {
+                            flight: Flight::Replied(AllReply::Granted(fences)),
+                            ..
+                        } => {
+                            told.insert(c, (fences[k], real));
+                        }
+                        _ => {}
+                    }
+                }
+                self.told[k] = told;
+            }
+        }
+    }
+
+    #[test]
+    fn lock_all_and_the_plain_scripts_do_what_the_model_says() {
+        let server = RedisServer::start();
+        let mut con = server.connection().expect("a connection");
+        let model = LockAll {
+            config: AllConfig {
+                clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+                horizon: 10,
+                faults: 3,
+                client_faults: true,
+                key_losses: true,
+                liveness: false,
+            },
+        };
+        let walks: usize = std::env::var("LEASEHOLD_MODEL_WALKS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(300);
+        let mut rng = Rng(0x0a11_0a11);
+        let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut steps = 0;
+        let mut actions = Vec::new();
+        for n in 0..walks {
+            cmd(&mut con, &["FLUSHDB"]);
+            let mut replay = Replay {
+                con: &mut con,
+                model: &model,
+                told: [BTreeMap::new(), BTreeMap::new()],
+                seen: BTreeMap::new(),
+            };
+            let mut state = model.init_states().remove(0);
+            for i in 0..40 {
+                actions.clear();
+                model.actions(&state, &mut actions);
+                if actions.is_empty() {
+                    break;
+                }
+                let mut action = actions[rng.below(actions.len())];
+                if (action.is_fault() || action == Action::Tick) && rng.below(3) > 0 {
+                    // Faults and ticks are offered at every step: less
+                    // often, so that walks go on to what follows them.
+                    action = actions[rng.below(actions.len())];
+                }
+                let Some(next) = model.next_state(&state, action) else {
+                    continue;
+                };
+                let step = format!("lock_all walk {n} step {i} {action:?}");
+                replay.step(&state, action, &next, &step);
+                replay.compare(&next, &step);
+                *covered.entry(kind(action)).or_default() += 1;
+                steps += 1;
+                state = next;
+            }
+            for (k, n) in replay.seen {
+                *covered.entry(k).or_default() += n;
+            }
+        }
+        println!("lock_all conformance: {walks} walks, {steps} steps; per action: {covered:?}");
+        let every = [
+            "Apply",
+            "Deliver",
+            "Retry",
+            "GiveUp",
+            "Wake",
+            "Renew",
+            "Release",
+            "Tick",
+            "Cancel",
+            "LoseReply",
+            "Crash",
+            "LoseKey",
+            "lock_all: granted",
+            "plain: granted",
+            "acquire: busy",
+            "renew",
+            "release",
+            "abandon",
+        ];
+        let missing: Vec<&str> = every
+            .iter()
+            .copied()
+            .filter(|k| !covered.contains_key(k))
+            .collect();
+        assert!(missing.is_empty(), "the walks never took {missing:?}");
+    }
+}
