@@ -325,7 +325,10 @@ fn family_base(kinds: &str) -> FamilyConfig {
 fn family_semaphore() {
     family(
         "semaphore, 3 clients, 2 permits",
-        family_base("sss"),
+        FamilyConfig {
+            horizon: if long() { 3 } else { 2 },
+            ..family_base("sss")
+        },
         &["a waiter in line while it is held", "two holders at once"],
     );
 }
@@ -336,7 +339,10 @@ fn family_semaphore() {
 fn family_rw_lock() {
     family(
         "rw lock, 2 readers and a writer",
-        family_base("rrw"),
+        FamilyConfig {
+            horizon: if long() { 2 } else { 1 },
+            ..family_base("rrw")
+        },
         &[
             "a waiter in line while it is held",
             "two holders at once",
@@ -503,7 +509,7 @@ fn lock_all_two_keys() {
         "lock_all, no faults",
         AllConfig {
             clients,
-            horizon: 2,
+            horizon: if long() { 2 } else { 1 },
             faults: 0,
             client_faults: false,
             key_losses: false,
