@@ -275,13 +275,12 @@ impl LockAll {
                 }
                 w.clients[usize::from(c)].lost = false;
             }
-            AllReply::Busy(_) => {
+            AllReply::Busy(_)
                 if w.keys
                     .iter()
-                    .any(|k| k.lock.is_some_and(|l| l.owner == token))
-                {
-                    w.held_while_waiting = true;
-                }
+                    .any(|k| k.lock.is_some_and(|l| l.owner == token)) =>
+            {
+                w.held_while_waiting = true;
             }
             _ => {}
         }
