@@ -216,9 +216,9 @@ impl FamilyServer {
         live
     }
 
-    /// `outlive` for the holders hash.
-    fn outlive_holders(&mut self, now: Time, until: Time) {
-        let _ = now;
+    /// `outlive` for the holders hash: PTTL below `until - now` (or no
+    /// expiry) makes it live until `until`.
+    fn outlive_holders(&mut self, until: Time) {
         if !self.holders.is_empty() && self.holders_exp.is_none_or(|t| t < until) {
             self.holders_exp = Some(until);
         }
@@ -241,7 +241,7 @@ impl FamilyServer {
             h.kind = kind;
             h.until = now + LEASE;
             let fence = h.fence;
-            self.outlive_holders(now, now + LEASE);
+            self.outlive_holders(now + LEASE);
             return (FamAcq::Granted(fence), effects);
         }
         let mut line = self.live_line(now);
@@ -262,7 +262,7 @@ impl FamilyServer {
                 fence,
             };
             self.holders.push(mine);
-            self.outlive_holders(now, now + LEASE);
+            self.outlive_holders(now + LEASE);
             if position <= line.len() {
                 self.lrem(token);
                 self.hdel_place(token);
@@ -350,7 +350,7 @@ impl FamilyServer {
         match self.holders.iter_mut().find(|h| h.token == token) {
             Some(h) if h.until > now => {
                 h.until = now + LEASE;
-                self.outlive_holders(now, now + LEASE);
+                self.outlive_holders(now + LEASE);
                 1
             }
             _ if self.forced.contains(&token) => -2,
