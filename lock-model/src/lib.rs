@@ -7,22 +7,31 @@
 //!   deadline, renew, release, abandon), the gate of SPEC 13, the faults
 //!   as actions, and the properties;
 //! - [`fair`]: liveness: from a state, a run without faults in which
-//!   holders keep releasing serves every waiter and leaves no key behind.
+//!   holders keep releasing serves every waiter and leaves no key behind;
+//! - [`family`]: the semaphore and the read-write lock (the family's keys
+//!   and scripts, clients of one kind each with the same actions and
+//!   faults, their properties and liveness);
+//! - [`all`]: `lock_all` on two keys beside a plain lock of one of them.
 //!
 //! The checks run in the root package's `tests/model` (`cargo test --test
 //! model`), which also replays the model's traces against a real
 //! `redis-server` with the real scripts. This crate is built optimised even
 //! in debug builds (the workspace's profile), so the checks stay short.
 
+pub mod all;
 pub mod fair;
+pub mod family;
 pub mod protocol;
 pub mod scripts;
 
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries};
+use stateright::{Checker, HasDiscoveries};
 
 pub use protocol::{Action, Config, Protocol, World};
+/// Which kind a property is (`always`, `sometimes`), for walks that
+/// replay the paths to each.
+pub use stateright::Expectation;
 /// The model's trait (`init_states`, `actions`, `next_state`), for walks.
 pub use stateright::Model;
 
@@ -44,13 +53,42 @@ pub struct Summary {
 /// reachable state): no `always` property broken, and each `sometimes`
 /// property named in `reached` found.
 pub fn check(config: Config, reached: &[&str]) -> Summary {
+    run(Protocol { config }, reached)
+}
+
+/// [`check`] for the family model (the semaphore and the rw lock).
+pub fn check_family(config: family::FamilyConfig, reached: &[&str]) -> Summary {
+    run(family::Family { config }, reached)
+}
+
+/// [`check`] for `lock_all` on two keys beside plain locks.
+pub fn check_all(config: all::AllConfig, reached: &[&str]) -> Summary {
+    run(all::LockAll { config }, reached)
+}
+
+/// The actions of the shortest path to a state that breaks (`always`) or
+/// meets (`sometimes`) the family model's property `name`.
+pub fn discover_family(config: family::FamilyConfig, name: &'static str) -> Option<Vec<Action>> {
+    let checker = family::Family { config }
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        .spawn_bfs()
+        .join();
+    checker.discovery(name).map(|path| path.into_actions())
+}
+
+fn run<M>(model: M, reached: &[&str]) -> Summary
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    M::Action: std::fmt::Debug + Eq + Clone + Send + Sync + 'static,
+{
     let started = Instant::now();
-    let model = Protocol { config };
     let properties = model.properties();
     let checker = model.checker().spawn_bfs().join();
     let discoveries = checker.discoveries();
     let mut failures = Vec::new();
-    for property in properties {
+    for property in &properties {
         let found = discoveries.get(property.name);
         match property.expectation {
             Expectation::Always | Expectation::Eventually => {
@@ -71,12 +109,8 @@ pub fn check(config: Config, reached: &[&str]) -> Summary {
             }
         }
     }
-    let known = Protocol {
-        config: Config::default(),
-    }
-    .properties();
     for name in reached {
-        if !known.iter().any(|p| p.name == *name) {
+        if !properties.iter().any(|p| p.name == *name) {
             failures.push(format!("no such property: {name}"));
         }
     }

@@ -211,6 +211,12 @@ pub enum Action {
     Crash(u8),
     Restart,
     Failover,
+    /// An operator's `force_release` (the family model only): every
+    /// holder loses its lease at once.
+    ForceRelease,
+    /// One key alone loses its lock (the lock_all model only: a
+    /// `force_release` of that key, an eviction).
+    LoseKey(u8),
 }
 
 impl Action {
@@ -224,6 +230,8 @@ impl Action {
                 | Action::Crash(_)
                 | Action::Restart
                 | Action::Failover
+                | Action::ForceRelease
+                | Action::LoseKey(_)
         )
     }
 }
@@ -996,6 +1004,7 @@ impl Model for Protocol {
                 w.changed = Some((now, false));
                 Self::break_connections(&mut w);
             }
+            Action::ForceRelease | Action::LoseKey(_) => return None,
             Action::Failover => {
                 w.server = w.replica.clone().unwrap_or_default();
                 w.epoch += 1;

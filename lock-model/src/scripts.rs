@@ -163,7 +163,7 @@ impl Server {
     }
 
     /// An emptied list or hash is no key (and has no expiry) in Redis.
-    fn tidy(&mut self) {
+    pub(crate) fn tidy(&mut self) {
         if self.line.is_empty() {
             self.line_exp = None;
         }
@@ -179,13 +179,13 @@ impl Server {
             .map(|&(_, at)| at)
     }
 
-    fn remove_place(&mut self, tok: Tok) -> bool {
+    pub(crate) fn remove_place(&mut self, tok: Tok) -> bool {
         let before = self.places.len();
         self.places.retain(|(t, _)| *t != tok);
         self.places.len() != before
     }
 
-    fn lpop(&mut self) {
+    pub(crate) fn lpop(&mut self) {
         if !self.line.is_empty() {
             self.line.remove(0);
         }
@@ -202,7 +202,7 @@ impl Server {
 
     /// acquire.lua's `first_in_line`: the first whose place is kept (the
     /// caller's own counts), dropping lapsed places on the way.
-    fn first_in_line(&mut self, token: Tok, now: Time) -> Option<Tok> {
+    pub(crate) fn first_in_line(&mut self, token: Tok, now: Time) -> Option<Tok> {
         while let Some(&head) = self.line.first() {
             if head == token {
                 return Some(head);
@@ -367,52 +367,60 @@ impl Server {
                 }
             }
             if in_line {
-                let (value, counter_marked) = match self.fence {
-                    Some(f) => (f.value, f.marked),
-                    None => (0, false),
-                };
-                let keep = sleep.max(0) + i32::from(GRACE);
-                let until = (i32::from(now) + keep) as Time;
-                // HSET: a new field takes a place at the end of the line.
-                if let Some(slot) = self.places.iter_mut().find(|(t, _)| *t == token) {
-                    slot.1 = until;
-                } else {
-                    if self.places.is_empty() {
-                        self.places_exp = Some(Exp::Persist);
-                    }
-                    self.places.push((token, until));
-                    if self.line.is_empty() {
-                        self.line_exp = Some(Exp::Persist);
-                    }
-                    self.line.push(token);
-                }
-                if self.line_pttl(now) < keep {
-                    self.line_exp = Some(Exp::At(until));
-                    self.places_exp = Some(Exp::At(until));
-                }
-                let life = self.fence.map_or(-2, |f| f.exp.pttl(now));
-                if !counter_marked || (life >= 0 && life < keep) {
-                    let exp = match self.fence {
-                        Some(f) if life == -1 => f.exp,
-                        Some(f) if f.exp == Exp::Long => Exp::Long,
-                        _ => Exp::At((i32::from(now) + life.max(keep)) as Time),
-                    };
-                    self.fence = Some(FenceVal {
-                        value,
-                        marked: true,
-                        exp,
-                    });
-                }
-                if let Some(l) = holder
-                    && !l.marked
-                {
-                    self.lock = Some(LockVal { marked: true, ..l });
-                }
+                self.wait_in_line(token, now, sleep);
             }
             (AcqReply::Busy(sleep), effects)
         };
         self.tidy();
         out
+    }
+
+    /// acquire.lua's (and lock_all.lua's) busy branch with a wait: keep
+    /// (or take) the caller's place for the sleep and the grace, make the
+    /// line and the places live that long, put the markers on the fence
+    /// key (living at least as long) and on the holder's value.
+    pub(crate) fn wait_in_line(&mut self, token: Tok, now: Time, sleep: i32) {
+        let (value, counter_marked) = match self.fence {
+            Some(f) => (f.value, f.marked),
+            None => (0, false),
+        };
+        let keep = sleep.max(0) + i32::from(GRACE);
+        let until = (i32::from(now) + keep) as Time;
+        // HSET: a new field takes a place at the end of the line.
+        if let Some(slot) = self.places.iter_mut().find(|(t, _)| *t == token) {
+            slot.1 = until;
+        } else {
+            if self.places.is_empty() {
+                self.places_exp = Some(Exp::Persist);
+            }
+            self.places.push((token, until));
+            if self.line.is_empty() {
+                self.line_exp = Some(Exp::Persist);
+            }
+            self.line.push(token);
+        }
+        if self.line_pttl(now) < keep {
+            self.line_exp = Some(Exp::At(until));
+            self.places_exp = Some(Exp::At(until));
+        }
+        let life = self.fence.map_or(-2, |f| f.exp.pttl(now));
+        if !counter_marked || (life >= 0 && life < keep) {
+            let exp = match self.fence {
+                Some(f) if life == -1 => f.exp,
+                Some(f) if f.exp == Exp::Long => Exp::Long,
+                _ => Exp::At((i32::from(now) + life.max(keep)) as Time),
+            };
+            self.fence = Some(FenceVal {
+                value,
+                marked: true,
+                exp,
+            });
+        }
+        if let Some(l) = self.lock
+            && !l.marked
+        {
+            self.lock = Some(LockVal { marked: true, ..l });
+        }
     }
 
     /// release.lua with keep 0 and announcements to the line only;

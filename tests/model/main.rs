@@ -244,3 +244,298 @@ fn fast_path_failover() {
     );
     assert!(path.is_none(), "a repeated fencing token: {path:?}");
 }
+
+// The lock family (lock-model/src/family.rs): the semaphore and the rw
+// lock, with the same clients, faults and gate as the lock.
+
+use leasehold_model::check_family;
+use leasehold_model::family::{FamilyConfig, Kind};
+
+fn family(name: &str, config: FamilyConfig, reached: &[&str]) {
+    let summary = check_family(config, reached);
+    println!(
+        "model {name}: {} states ({} generated), depth {}, {:.1?}",
+        summary.states, summary.generated, summary.depth, summary.took
+    );
+    assert!(
+        summary.failures.is_empty(),
+        "model {name}:\n{}",
+        summary.failures.join("\n\n")
+    );
+}
+
+fn family_kinds(s: &str) -> Vec<Kind> {
+    s.chars()
+        .map(|c| match c {
+            's' => Kind::Permit,
+            'r' => Kind::Read,
+            _ => Kind::Write,
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L"]
+fn family_probe() {
+    let v = |k: &str, d: u8| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    family(
+        "family probe",
+        FamilyConfig {
+            kinds: family_kinds(&std::env::var("K").unwrap_or_else(|_| "sss".into())),
+            permits: v("N", 2),
+            acquisitions: v("A", 1),
+            horizon: v("H", 3),
+            faults: v("F", 0),
+            client_faults: v("CF", 1) == 1,
+            restarts: v("R", 0) == 1,
+            restart_grace: v("G", 0) == 1,
+            force_releases: v("FR", 0) == 1,
+            one_try: v("O", 0) == 1,
+            liveness: v("L", 0) == 1,
+        },
+        &[],
+    );
+}
+
+/// Whether the bigger bounds run too (`LEASEHOLD_MODEL_LONG=1`).
+fn long() -> bool {
+    std::env::var("LEASEHOLD_MODEL_LONG").is_ok_and(|v| v == "1")
+}
+
+fn family_base(kinds: &str) -> FamilyConfig {
+    FamilyConfig {
+        kinds: family_kinds(kinds),
+        permits: 2,
+        acquisitions: 1,
+        horizon: 2,
+        faults: 0,
+        liveness: true,
+        ..FamilyConfig::default()
+    }
+}
+
+/// A semaphore of 2 permits, 3 clients: never 3 holders, fences, the
+/// line, liveness from every state.
+#[test]
+fn family_semaphore() {
+    family(
+        "semaphore, 3 clients, 2 permits",
+        FamilyConfig {
+            horizon: if long() { 3 } else { 2 },
+            ..family_base("sss")
+        },
+        &["a waiter in line while it is held", "two holders at once"],
+    );
+}
+
+/// The rw lock, 2 readers and a writer: a writer never beside anyone,
+/// readers that come after a waiting writer wait behind it.
+#[test]
+fn family_rw_lock() {
+    family(
+        "rw lock, 2 readers and a writer",
+        FamilyConfig {
+            horizon: if long() { 2 } else { 1 },
+            ..family_base("rrw")
+        },
+        &[
+            "a waiter in line while it is held",
+            "two holders at once",
+            "a writer in line before a reader while readers hold",
+        ],
+    );
+}
+
+/// The client-side faults on the semaphore (a crash, a reply lost and the
+/// call retried or given up, a request lost, an abandon overtaking its own
+/// acquire, a cancelled waiter); a tick and waiting acquisitions only in
+/// CI (the rw lock's client-fault checks have one-try ones), three ticks
+/// and both in the long run.
+#[test]
+fn family_semaphore_client_faults() {
+    family(
+        "semaphore, client faults",
+        FamilyConfig {
+            faults: 1,
+            client_faults: true,
+            one_try: long(),
+            horizon: if long() { 3 } else { 1 },
+            ..family_base("sss")
+        },
+        &[
+            "a retried acquire on its way for a grant already its own",
+            "a waiter in line while it is held",
+        ],
+    );
+}
+
+/// The client-side faults on the rw lock: a reader and a writer, two
+/// faults, leases running out.
+#[test]
+fn family_rw_lock_client_faults() {
+    for kinds in ["rw", "wr"] {
+        family(
+            &format!("rw lock ({kinds}), client faults"),
+            FamilyConfig {
+                faults: 2,
+                client_faults: true,
+                one_try: true,
+                horizon: 3,
+                ..family_base(kinds)
+            },
+            &[
+                "a retried acquire on its way for a grant already its own",
+                "a lease ran out and another holds",
+            ],
+        );
+    }
+    if long() {
+        family(
+            "rw lock, 2 readers and a writer, client faults",
+            FamilyConfig {
+                faults: 1,
+                client_faults: true,
+                one_try: true,
+                ..family_base("rrw")
+            },
+            &["a retried acquire on its way for a grant already its own"],
+        );
+    }
+}
+
+/// A restart without persistence, with and without `restart_grace`: the
+/// gate closes the keys a client asked for; the fence floor keeps tokens
+/// increasing over the lost fence key.
+#[test]
+fn family_restart() {
+    for grace in [false, true] {
+        family(
+            &format!("rw lock, restart (grace {grace})"),
+            FamilyConfig {
+                faults: 1,
+                restarts: true,
+                restart_grace: grace,
+                horizon: 3,
+                ..family_base("rw")
+            },
+            &["a waiter waits for a key closed by the gate"],
+        );
+    }
+    if long() {
+        family(
+            "semaphore, restart",
+            FamilyConfig {
+                faults: 1,
+                restarts: true,
+                horizon: 1,
+                ..family_base("sss")
+            },
+            &["a waiter waits for a key closed by the gate"],
+        );
+    }
+}
+
+/// Later arrivals on the semaphore: each client acquires twice, so a
+/// holder that comes back meets the waiters already in line (a newcomer
+/// goes only with a permit for everyone before it, and a waiter second in
+/// line only with a permit for the first too). With 3 clients and 2
+/// permits, one acquisition each never makes a line of two. No time
+/// passes in CI (nobody's lease runs out); a tick in the long run.
+#[test]
+fn family_semaphore_newcomers() {
+    family(
+        "semaphore, two acquisitions each",
+        FamilyConfig {
+            acquisitions: 2,
+            horizon: if long() { 1 } else { 0 },
+            ..family_base("sss")
+        },
+        &["a waiter in line while it is held", "two waiters in line"],
+    );
+}
+
+/// An operator's release (force_release) while readers or a permit hold:
+/// the old holders' renewals say so, the next in line is told, the fences
+/// go on increasing.
+#[test]
+fn family_force_release() {
+    for kinds in ["rw", "ss"] {
+        family(
+            &format!("force release ({kinds})"),
+            FamilyConfig {
+                faults: 1,
+                force_releases: true,
+                horizon: 3,
+                permits: 1,
+                ..family_base(kinds)
+            },
+            &["a holder told by its renewal that an operator released it"],
+        );
+    }
+}
+
+// lock_all on two keys (lock-model/src/all.rs), beside a plain lock.
+
+use leasehold_model::all::{AllConfig, Takes};
+use leasehold_model::check_all;
+
+fn lock_all_model(name: &str, config: AllConfig, reached: &[&str]) {
+    let summary = check_all(config, reached);
+    println!(
+        "model {name}: {} states ({} generated), depth {}, {:.1?}",
+        summary.states, summary.generated, summary.depth, summary.took
+    );
+    assert!(
+        summary.failures.is_empty(),
+        "model {name}:\n{}",
+        summary.failures.join("\n\n")
+    );
+}
+
+/// Two `lock_all` callers of both keys (named in opposite orders, sent
+/// sorted) and a plain lock of the second key: never two holders of a key,
+/// no deadlock (liveness), fences per key, and a busy `lock_all` holds no
+/// key, also after a lost reply retried once a key of the lost grant was
+/// taken from it alone.
+#[test]
+fn lock_all_two_keys() {
+    let clients = vec![Takes::Both, Takes::Both, Takes::One(1)];
+    lock_all_model(
+        "lock_all, no faults",
+        AllConfig {
+            clients,
+            horizon: if long() { 2 } else { 1 },
+            faults: 0,
+            client_faults: false,
+            key_losses: false,
+            liveness: true,
+        },
+        &[
+            "lock_all waits behind a plain holder",
+            "lock_all holds both keys",
+        ],
+    );
+    // The faults with the lock_all caller and the plain lock alone (three
+    // clients and two faults: 17 million states, the long run).
+    lock_all_model(
+        "lock_all, faults",
+        AllConfig {
+            clients: if long() {
+                vec![Takes::Both, Takes::Both, Takes::One(1)]
+            } else {
+                vec![Takes::Both, Takes::One(1)]
+            },
+            horizon: 2,
+            faults: 2,
+            client_faults: true,
+            key_losses: true,
+            liveness: true,
+        },
+        &["a retried lock_all after a key of its lost grant was taken"],
+    );
+}

@@ -44,16 +44,26 @@ impl MemoryBackend {
             }
         }
         if let Some((blocking, sleep)) = blocked {
-            // Leave every other line; where that makes a waiter first of a
-            // free lock, tell it (after the table is let go).
+            // Give back every other key still ours (a grant whose reply was
+            // lost, retried after one of its keys alone was taken from it by
+            // a force_release and given to another: nothing is held while
+            // waiting) and leave every other
+            // line; where that makes a waiter first of a free lock, tell it
+            // (after the table is let go).
             let mut told = Vec::new();
             for keys in &all.keys {
                 if keys.lock == blocking.lock {
                     continue;
                 }
+                let held = table
+                    .live(&keys.lock, now)
+                    .is_some_and(|entry| entry.token == token);
+                if held {
+                    table.locks.remove(&keys.lock);
+                }
                 let was_first = table.head(&keys.line, now).is_some_and(|(t, _)| t == token);
-                if table.leave_line(&keys.line, token)
-                    && was_first
+                let left = table.leave_line(&keys.line, token);
+                if (held || (left && was_first))
                     && table.live(&keys.lock, now).is_none()
                     && let Some((next, _)) = table.head(&keys.line, now)
                 {

@@ -9,7 +9,7 @@ use crate::backend::LockKeys;
 use crate::backend::connect::millis;
 
 /// The script's source as Redis runs it.
-pub(super) const SOURCE: &str = include_str!("family_force_release.lua");
+pub const SOURCE: &str = include_str!("family_force_release.lua");
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 

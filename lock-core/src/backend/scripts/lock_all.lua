@@ -129,18 +129,28 @@ if not blocked then
   return fences
 end
 
--- Not now. Leave every other line (telling the new first in line when the
--- lock there is free), and with a wait, keep a place in the blocking key's.
+-- Not now. Give back every other key still ours (a grant whose reply was
+-- lost, retried after one of its keys alone was taken from it, e.g. by an
+-- operator's force_release, and given to another: the caller believes it
+-- holds nothing, and must not, while it waits), leave
+-- every other line (telling the new first in line when the lock there is
+-- free), and with a wait, keep a place in the blocking key's.
 for i = 1, n do
   if i ~= blocked then
     local lock, line, places = KEYS[4 * i - 3], KEYS[4 * i - 1], KEYS[4 * i]
+    local holder = typed('GET', lock)
+    local held = type(holder) == 'string' and unmarked(holder) == token
+    if held then
+      redis.call('DEL', lock)
+    end
+    local was_first = false
     if typed('HDEL', places, token) == 1 then
-      local was_first = redis.call('LINDEX', line, '0') == token
+      was_first = redis.call('LINDEX', line, '0') == token
       redis.call('LREM', line, 1, token)
-      local next = redis.call('LINDEX', line, '0')
-      if was_first and next and redis.call('EXISTS', lock) == 0 then
-        redis.call(publish, ARGV[5 + i], 'next:' .. next)
-      end
+    end
+    local next = redis.call('LINDEX', line, '0')
+    if (held or was_first) and next and redis.call('EXISTS', lock) == 0 then
+      redis.call(publish, ARGV[5 + i], 'next:' .. next)
     end
   end
 end

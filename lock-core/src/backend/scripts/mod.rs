@@ -46,14 +46,23 @@ pub(crate) use abandon::abandon;
 /// these by hand.
 pub use acquire::SOURCE as ACQUIRE_SOURCE;
 pub(crate) use acquire::acquire;
+/// The family's scripts as Redis runs them (helpers first), for the
+/// family model's conformance test (tests/model).
+pub use family_abandon::SOURCE as FAMILY_ABANDON_SOURCE;
 pub(crate) use family_abandon::family_abandon;
+pub use family_acquire::SOURCE as FAMILY_ACQUIRE_SOURCE;
 pub(crate) use family_acquire::family_acquire;
+pub use family_force_release::SOURCE as FAMILY_FORCE_RELEASE_SOURCE;
 pub(crate) use family_force_release::family_force_release;
 pub(crate) use family_inspect::family_inspect;
+pub use family_release::SOURCE as FAMILY_RELEASE_SOURCE;
 pub(crate) use family_release::family_release;
+pub use family_renew::SOURCE as FAMILY_RENEW_SOURCE;
 pub(crate) use family_renew::family_renew;
 pub(crate) use force_release::force_release;
 pub(crate) use inspect::inspect;
+/// lock_all.lua as Redis runs it, for a focused test in tests/model.
+pub use lock_all::SOURCE as LOCK_ALL_SOURCE;
 pub(crate) use lock_all::lock_all;
 pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
