@@ -29,7 +29,7 @@ use support::RedisServer;
 #[global_allocator]
 static ALLOCATOR: stats::Counting = stats::Counting;
 
-const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit] [S1 .. S9]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S9]";
 
 struct Args {
     quick: bool,
@@ -346,7 +346,7 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
             }
             let family_kinds: Vec<Kind> = order(rep)
                 .into_iter()
-                .filter(|k| matches!(k, Kind::Leasehold | Kind::Distkit))
+                .filter(|k| matches!(k, Kind::Leasehold | Kind::Distkit | Kind::DistributedLock))
                 .collect();
             for &kind in &family_kinds {
                 log(family::semaphore(ctx, kind, rep).await, &mut rows);
@@ -780,8 +780,9 @@ fn family_checks(rows: &[Row], out: &mut Vec<Check>) {
             name: "S9".into(),
             target: format!("semaphore: fewest >= most / 4, <= {} holders", family::PERMITS),
             measured: format!(
-                "{:.0} grants/s; fewest {min:.0}, most {max:.0} per task; peak {peak:.0} holders, exact = {exact}",
-                sem.ops_per_s
+                "{:.0} grants/s; fewest {min:.0}, most {max:.0} per task; peak {peak:.0} holders, exact = {exact}{}",
+                sem.ops_per_s,
+                peers_text(rows, family::SEMAPHORE, sem.ops_per_s)
             ),
             pass: Some(min * 4.0 >= max && exact),
         });
@@ -792,15 +793,7 @@ fn family_checks(rows: &[Row], out: &mut Vec<Check>) {
             int(rw, &format!("min_grants_per_{role}")) * 4.0
                 >= int(rw, &format!("max_grants_per_{role}"))
         });
-        let peer = report::find(rows, family::RW, "distkit")
-            .map(|d| {
-                format!(
-                    "; distkit {:.0}/s ({:.1} x)",
-                    d.ops_per_s,
-                    rw.ops_per_s / d.ops_per_s
-                )
-            })
-            .unwrap_or_default();
+        let peer = peers_text(rows, family::RW, rw.ops_per_s);
         out.push(Check {
             name: "S9".into(),
             target: "rw mixed: per role fewest >= most / 4, exclusive".into(),
@@ -816,4 +809,20 @@ fn family_checks(rows: &[Row], out: &mut Vec<Check>) {
             pass: Some(fair && exact),
         });
     }
+}
+
+/// `; peer N/s (leasehold M x)` for each peer measured in `scenario`.
+fn peers_text(rows: &[Row], scenario: &str, leasehold: f64) -> String {
+    report::PEERS
+        .iter()
+        .filter_map(|p| report::find(rows, scenario, p))
+        .map(|p| {
+            format!(
+                "; {} {:.0}/s (leasehold {:.1} x)",
+                p.imp,
+                p.ops_per_s,
+                leasehold / p.ops_per_s
+            )
+        })
+        .collect()
 }

@@ -323,7 +323,13 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// The peer crates measured, by implementation name.
-pub const PEERS: [&str; 4] = ["rslock", "rlock", "async-redis-lock", "distkit"];
+pub const PEERS: [&str; 5] = [
+    "rslock",
+    "rlock",
+    "async-redis-lock",
+    "distkit",
+    "distributed-lock",
+];
 
 /// The measured row of `imp` in `scenario`, if it ran.
 pub fn find<'a>(rows: &'a [Row], scenario: &str, imp: &str) -> Option<&'a Record> {

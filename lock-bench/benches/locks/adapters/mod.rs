@@ -8,6 +8,7 @@
 
 pub mod async_redis_lock;
 pub mod distkit;
+pub mod distributed_lock;
 pub mod leasehold;
 pub mod raw;
 pub mod rlock;
@@ -33,10 +34,11 @@ pub enum Kind {
     Rlock,
     AsyncRedisLock,
     Distkit,
+    DistributedLock,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Raw,
         Kind::RawFenced,
         Kind::RawScripts,
@@ -45,6 +47,7 @@ impl Kind {
         Kind::Rlock,
         Kind::AsyncRedisLock,
         Kind::Distkit,
+        Kind::DistributedLock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Rlock => "rlock",
             Kind::AsyncRedisLock => "async-redis-lock",
             Kind::Distkit => "distkit",
+            Kind::DistributedLock => "distributed-lock",
         }
     }
 
@@ -84,6 +88,7 @@ impl Kind {
             Kind::Rlock => "polls every 100 ms",
             Kind::AsyncRedisLock => "polls every 100 ms",
             Kind::Distkit => "polls every 50 ms",
+            Kind::DistributedLock => "polls, backing off from 10 to 200 ms",
         }
     }
 }
@@ -144,6 +149,7 @@ pub enum Adapter {
     Rlock(rlock::Rlock),
     AsyncRedisLock(async_redis_lock::Arl),
     Distkit(distkit::Distkit),
+    DistributedLock(distributed_lock::DistLock),
 }
 
 /// A held lock of any implementation.
@@ -156,6 +162,7 @@ pub enum Held {
     Rlock(::rlock::async_lock::RLockGuard),
     AsyncRedisLock(::async_redis_lock::Lock),
     Distkit(distkit::Held),
+    DistributedLock(distributed_lock::Held),
 }
 
 impl Adapter {
@@ -180,6 +187,9 @@ impl Adapter {
                 Adapter::AsyncRedisLock(async_redis_lock::Arl::connect(first, settings).await?)
             }
             Kind::Distkit => Adapter::Distkit(distkit::Distkit::connect(first, settings).await?),
+            Kind::DistributedLock => Adapter::DistributedLock(
+                distributed_lock::DistLock::connect(first, settings).await?,
+            ),
         })
     }
 
@@ -192,6 +202,7 @@ impl Adapter {
             Adapter::Rlock(a) => a.acquire(key).await.map(Held::Rlock),
             Adapter::AsyncRedisLock(a) => a.acquire(key).await.map(Held::AsyncRedisLock),
             Adapter::Distkit(a) => a.acquire(key).await.map(Held::Distkit),
+            Adapter::DistributedLock(a) => a.acquire(key).await.map(Held::DistributedLock),
         }
     }
 
@@ -207,6 +218,9 @@ impl Adapter {
                 Ok(a.acquire_wait(key, max).await?.map(Held::AsyncRedisLock))
             }
             Adapter::Distkit(a) => Ok(a.acquire_wait(key, max).await?.map(Held::Distkit)),
+            Adapter::DistributedLock(a) => {
+                Ok(a.acquire_wait(key, max).await?.map(Held::DistributedLock))
+            }
         }
     }
 
@@ -219,6 +233,7 @@ impl Adapter {
             (Adapter::Rlock(_), Held::Rlock(mut g)) => Ok(g.release().await?),
             (Adapter::AsyncRedisLock(_), Held::AsyncRedisLock(l)) => Ok(l.release().await?),
             (Adapter::Distkit(a), Held::Distkit(h)) => a.release(h).await,
+            (Adapter::DistributedLock(a), Held::DistributedLock(h)) => a.release(h).await,
             _ => Err("guard released through another adapter".into()),
         }
     }
@@ -233,6 +248,7 @@ impl Adapter {
             Held::Rlock(g) => Some(g.lease_state() == ::rlock::LeaseState::Active),
             Held::AsyncRedisLock(l) => Some(!l.is_lost()),
             Held::Distkit(h) => Some(distkit::Distkit::client_says_held(h)),
+            Held::DistributedLock(h) => Some(distributed_lock::DistLock::client_says_held(h)),
         }
     }
 
@@ -242,6 +258,7 @@ impl Adapter {
             Adapter::Raw(a) => a.redis_key(key),
             Adapter::Leasehold(_) => leasehold_key(key, "lock"),
             Adapter::Distkit(_) => format!("distkit-locks:{}", key.replace(':', ".")),
+            Adapter::DistributedLock(_) => distributed_lock::DistLock::redis_key(key),
             _ => key.to_owned(),
         }
     }
@@ -252,6 +269,7 @@ impl Adapter {
         match self {
             Adapter::Leasehold(a) => Ok(Adapter::Leasehold(a.reshaped(shape))),
             Adapter::Distkit(a) => Ok(Adapter::Distkit(a.reshaped(shape)?)),
+            Adapter::DistributedLock(a) => Ok(Adapter::DistributedLock(a.reshaped(shape)?)),
             _ => Err("no lock family".into()),
         }
     }

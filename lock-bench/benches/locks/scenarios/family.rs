@@ -1,8 +1,9 @@
 //! S9 the lock family: what a semaphore permit, a read share, a write and
 //! a two-key `lock_all` cost next to the plain lock when free (S2's regime:
 //! 64 tasks, each on fresh keys), and how a busy semaphore and a busy rw
-//! lock share themselves out among waiting tasks. The nearest peer is
-//! distkit (mutex and rw lock; it has no semaphore and no multi-key lock).
+//! lock share themselves out among waiting tasks. The nearest peers are
+//! distkit (mutex and rw lock) and distributed-lock-redis (lock, semaphore
+//! and rw lock); neither has a multi-key lock.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,7 +40,7 @@ pub struct FreeRow {
 
 /// The free rows, leasehold's plain lock first: every other row is read
 /// as a ratio to it.
-pub const FREE_ROWS: [FreeRow; 8] = [
+pub const FREE_ROWS: [FreeRow; 12] = [
     FreeRow {
         kind: Kind::Leasehold,
         shape: Shape::Lock,
@@ -80,6 +81,26 @@ pub const FREE_ROWS: [FreeRow; 8] = [
         shape: Shape::Write,
         imp: "distkit write",
     },
+    FreeRow {
+        kind: Kind::DistributedLock,
+        shape: Shape::Lock,
+        imp: "distributed-lock lock",
+    },
+    FreeRow {
+        kind: Kind::DistributedLock,
+        shape: Shape::Permit(PERMITS),
+        imp: "distributed-lock permit",
+    },
+    FreeRow {
+        kind: Kind::DistributedLock,
+        shape: Shape::Read,
+        imp: "distributed-lock read",
+    },
+    FreeRow {
+        kind: Kind::DistributedLock,
+        shape: Shape::Write,
+        imp: "distributed-lock write",
+    },
 ];
 
 /// One free row: acquire+release pairs of `row.shape` on fresh keys.
@@ -96,7 +117,7 @@ pub async fn free(ctx: &Ctx, row: &FreeRow, rep: usize) -> Row {
 /// The busy semaphore: 16 tasks want one of 4 permits of one key, each
 /// waiting with the library's own waiting, then doing one `INCR` under it.
 pub async fn semaphore(ctx: &Ctx, kind: Kind, rep: usize) -> Row {
-    if kind != Kind::Leasehold {
+    if !matches!(kind, Kind::Leasehold | Kind::DistributedLock) {
         return Row::na(SEMAPHORE, kind.name(), "no semaphore");
     }
     let roles = vec![Shape::Permit(PERMITS); SEM_TASKS];
@@ -108,7 +129,10 @@ pub async fn semaphore(ctx: &Ctx, kind: Kind, rep: usize) -> Row {
 
 /// The mixed rw lock: 16 tasks on one key, every fourth a writer.
 pub async fn rw(ctx: &Ctx, kind: Kind, rep: usize) -> Row {
-    if !matches!(kind, Kind::Leasehold | Kind::Distkit) {
+    if !matches!(
+        kind,
+        Kind::Leasehold | Kind::Distkit | Kind::DistributedLock
+    ) {
         return Row::na(RW, kind.name(), "no rw lock");
     }
     let roles: Vec<Shape> = (0..RW_TASKS)
