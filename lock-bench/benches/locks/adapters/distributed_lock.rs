@@ -39,8 +39,11 @@ impl DistLock {
         let provider = RedisLockProvider::builder()
             .url(url)
             .expiry(settings.ttl)
-            // Its default 27 s is 90 % of its default 30 s expiry; kept at
-            // 90 % of ours (above the expiry, every attempt times out at once).
+            // Its defaults (30 s expiry, renewed every 10 s, 27 s minimum
+            // validity) kept in proportion to our expiry: left at 27 s above
+            // a 10 s expiry, every attempt times out at once; left at 10 s,
+            // S7's 3 s leases expire before their first renewal.
+            .extension_cadence(settings.ttl / 3)
             .min_validity(settings.ttl * 9 / 10)
             .build()
             .await?;

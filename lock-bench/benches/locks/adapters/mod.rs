@@ -75,8 +75,13 @@ impl Kind {
 
     /// Why this implementation cannot wait for a busy lock, if it cannot.
     pub fn no_wait(self) -> Option<&'static str> {
-        self.is_raw()
-            .then_some("raw has no waiting policy of its own")
+        match self {
+            // Its plain lock's `acquire(Some(timeout))` makes one attempt
+            // and answers Timeout when busy (its semaphore and rw lock poll).
+            Kind::DistributedLock => Some("its lock's acquire(timeout) does not wait"),
+            kind if kind.is_raw() => Some("raw has no waiting policy of its own"),
+            _ => None,
+        }
     }
 
     /// How this implementation waits, for the table's notes.
@@ -88,7 +93,9 @@ impl Kind {
             Kind::Rlock => "polls every 100 ms",
             Kind::AsyncRedisLock => "polls every 100 ms",
             Kind::Distkit => "polls every 50 ms",
-            Kind::DistributedLock => "polls, backing off from 10 to 200 ms",
+            Kind::DistributedLock => {
+                "lock: one attempt, no waiting; semaphore, rw lock: polls, 10 to 200 ms apart"
+            }
         }
     }
 }
