@@ -147,7 +147,7 @@ fn main() {
     let k = &ctx.knobs;
     println!(
         "Windows: S1/S2/S6 {:?} (after {:?} warm-up), S3 {:?}, S4 {:?} or {} handoffs, \
-         S5 {} re-entries, S7 {} leases held {:?}, S8 {:?} per row; {} repetition(s), median shown.",
+         S5 {} re-entries, S7 {} leases held {:?}, S8 {:?} per row, S9 S2's window (free rows) or S3's (busy rows); {} repetition(s), median shown.",
         k.pairs_window,
         k.warmup,
         k.contended_window,
