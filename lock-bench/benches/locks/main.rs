@@ -23,13 +23,13 @@ use std::time::Instant;
 use adapters::Kind;
 use marketplace::Variant;
 use report::{Check, Record, Row};
-use scenarios::{Ctx, Knobs, contention, market, reentry, renewal, throughput};
+use scenarios::{Ctx, Knobs, contention, family, market, reentry, renewal, throughput};
 use support::RedisServer;
 
 #[global_allocator]
 static ALLOCATOR: stats::Counting = stats::Counting;
 
-const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock] [S1 .. S8]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S9]";
 
 struct Args {
     quick: bool,
@@ -147,7 +147,7 @@ fn main() {
     let k = &ctx.knobs;
     println!(
         "Windows: S1/S2/S6 {:?} (after {:?} warm-up), S3 {:?}, S4 {:?} or {} handoffs, \
-         S5 {} re-entries, S7 {} leases held {:?}, S8 {:?} per row; {} repetition(s), median shown.",
+         S5 {} re-entries, S7 {} leases held {:?}, S8 {:?} per row, S9 S2's window (free rows) or S3's (busy rows); {} repetition(s), median shown.",
         k.pairs_window,
         k.warmup,
         k.contended_window,
@@ -166,6 +166,7 @@ fn main() {
     println!("{}", report::table(&medians));
     println!("{}", report::checks_text(&checks(&medians)));
     println!("{}", floor_text(&medians));
+    println!("{}", family_text(&medians));
     let path = report::jsonl_path();
     match report::write_jsonl(&medians, &path, &server) {
         Ok(n) => println!("\nwrote {n} records to {}", path.display()),
@@ -330,7 +331,66 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
         }
         flush();
     }
+    if selected("S9") {
+        for rep in 0..reps {
+            let mut free: Vec<&family::FreeRow> = family::FREE_ROWS
+                .iter()
+                .filter(|row| kinds.contains(&row.kind))
+                .collect();
+            if !free.is_empty() {
+                let n = free.len();
+                free.rotate_left(rep % n);
+            }
+            for row in free {
+                log(family::free(ctx, row, rep).await, &mut rows);
+            }
+            let family_kinds: Vec<Kind> = order(rep)
+                .into_iter()
+                .filter(|k| matches!(k, Kind::Leasehold | Kind::Distkit | Kind::DistributedLock))
+                .collect();
+            for &kind in &family_kinds {
+                log(family::semaphore(ctx, kind, rep).await, &mut rows);
+            }
+            for &kind in &family_kinds {
+                log(family::rw(ctx, kind, rep).await, &mut rows);
+            }
+        }
+        flush();
+    }
     rows
+}
+
+/// S9's free rows as ratios to leasehold's free plain lock: pairs/s, and
+/// Redis CPU per pair (what the issue's "costs about what a free lock
+/// costs" is about).
+fn family_text(rows: &[Row]) -> String {
+    let mut out =
+        String::from("\nThe lock family, free (S9: 64 tasks on fresh keys), x leasehold lock\n");
+    let Some(lock) = report::find(rows, family::FREE, "leasehold lock") else {
+        out.push_str("  not measured (needs S9 with leasehold)\n");
+        return out;
+    };
+    let cpu = |r: &Record| r.get_f64("server_us_per_pair").unwrap_or(f64::NAN);
+    for row in &family::FREE_ROWS {
+        if let Some(r) = report::find(rows, family::FREE, row.imp) {
+            let _ = writeln!(
+                out,
+                "  {:<22} pairs/s {:>8.0} = {:.2} x; Redis CPU per pair {:>5.1} us = {:.2} x; {}",
+                r.imp,
+                r.ops_per_s,
+                r.ops_per_s / lock.ops_per_s,
+                cpu(r),
+                cpu(r) / cpu(lock),
+                r.get("server_top")
+                    .map(|v| match v {
+                        report::Value::S(s) => s.clone(),
+                        _ => String::new(),
+                    })
+                    .unwrap_or_default()
+            );
+        }
+    }
+    out
 }
 
 /// Where S1's and S2's gap to raw lies, from the hand-sent floors (see
@@ -660,6 +720,8 @@ fn checks(rows: &[Row]) -> Vec<Check> {
         }
     }
 
+    family_checks(rows, &mut out);
+
     let s8 = market::scenario_name(5, 5);
     if let (Some(item), Some(watch)) = (
         get(&s8, market::impl_name(Variant::ItemLock)),
@@ -680,4 +742,87 @@ fn checks(rows: &[Row]) -> Vec<Check> {
         });
     }
     out
+}
+
+/// S9's targets: a free permit and a free read share cost Redis at most
+/// 1.5 x what a free plain lock costs; nobody starves on a busy semaphore
+/// or rw lock, and neither grants more than it may.
+fn family_checks(rows: &[Row], out: &mut Vec<Check>) {
+    let get = |imp: &str| report::find(rows, family::FREE, imp);
+    let cpu = |r: &Record| r.get_f64("server_us_per_pair").unwrap_or(f64::NAN);
+    if let Some(lock) = get("leasehold lock") {
+        for imp in ["leasehold permit", "leasehold read"] {
+            if let Some(r) = get(imp) {
+                let ratio = cpu(r) / cpu(lock);
+                out.push(Check {
+                    name: "S9".into(),
+                    target: format!("free {}: Redis CPU <= 1.5 x a free lock's", &imp[10..]),
+                    measured: format!(
+                        "{:.1} us vs {:.1} us = {ratio:.2} x; pairs/s {:.2} x",
+                        cpu(r),
+                        cpu(lock),
+                        r.ops_per_s / lock.ops_per_s
+                    ),
+                    pass: Some(ratio <= 1.5),
+                });
+            }
+        }
+    }
+    let int = |r: &Record, k: &str| r.get_f64(k).unwrap_or(0.0);
+    if let Some(sem) = report::find(rows, family::SEMAPHORE, "leasehold") {
+        let (min, max) = (
+            int(sem, "min_grants_per_task"),
+            int(sem, "max_grants_per_task"),
+        );
+        let exact = matches!(sem.get("exact"), Some(report::Value::B(true)));
+        let peak = int(sem, "peak_holders");
+        out.push(Check {
+            name: "S9".into(),
+            target: format!("semaphore: fewest >= most / 4, <= {} holders", family::PERMITS),
+            measured: format!(
+                "{:.0} grants/s; fewest {min:.0}, most {max:.0} per task; peak {peak:.0} holders, exact = {exact}{}",
+                sem.ops_per_s,
+                peers_text(rows, family::SEMAPHORE, sem.ops_per_s)
+            ),
+            pass: Some(min * 4.0 >= max && exact),
+        });
+    }
+    if let Some(rw) = report::find(rows, family::RW, "leasehold") {
+        let exact = matches!(rw.get("exact"), Some(report::Value::B(true)));
+        let fair = ["reader", "writer"].iter().all(|role| {
+            int(rw, &format!("min_grants_per_{role}")) * 4.0
+                >= int(rw, &format!("max_grants_per_{role}"))
+        });
+        let peer = peers_text(rows, family::RW, rw.ops_per_s);
+        out.push(Check {
+            name: "S9".into(),
+            target: "rw mixed: per role fewest >= most / 4, exclusive".into(),
+            measured: format!(
+                "{:.0} grants/s (writers {:.0}/s); readers {:.0}-{:.0}, writers {:.0}-{:.0} per task; exact = {exact}{peer}",
+                rw.ops_per_s,
+                int(rw, "writer_grants_per_s"),
+                int(rw, "min_grants_per_reader"),
+                int(rw, "max_grants_per_reader"),
+                int(rw, "min_grants_per_writer"),
+                int(rw, "max_grants_per_writer"),
+            ),
+            pass: Some(fair && exact),
+        });
+    }
+}
+
+/// `; peer N/s (leasehold M x)` for each peer measured in `scenario`.
+fn peers_text(rows: &[Row], scenario: &str, leasehold: f64) -> String {
+    report::PEERS
+        .iter()
+        .filter_map(|p| report::find(rows, scenario, p))
+        .map(|p| {
+            format!(
+                "; {} {:.0}/s (leasehold {:.1} x)",
+                p.imp,
+                p.ops_per_s,
+                leasehold / p.ops_per_s
+            )
+        })
+        .collect()
 }

@@ -222,6 +222,12 @@ pub fn describe(scenario: &str) -> &'static str {
             "leases (ttl 3 s) kept alive by the library; commands_per_period = EVALSHA per 1 s. ops = acquisitions/s while taking them; p50/p99 = acquire"
         }
         "S8" => "Redis in Action marketplace. ops = purchases/s; p50/p99 = purchase latency",
+        "S9" if scenario.contains("free") => {
+            "lock family, 64 tasks, each its own fresh keys. ops = acquire+release pairs/s; p50/p99 = acquire"
+        }
+        "S9" => {
+            "lock family, tasks on one key, wait + INCR. ops = grants/s; p50/p99 = wait for a grant"
+        }
         _ => "",
     }
 }
@@ -317,7 +323,13 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// The peer crates measured, by implementation name.
-pub const PEERS: [&str; 3] = ["rslock", "rlock", "async-redis-lock"];
+pub const PEERS: [&str; 5] = [
+    "rslock",
+    "rlock",
+    "async-redis-lock",
+    "distkit",
+    "distributed-lock",
+];
 
 /// The measured row of `imp` in `scenario`, if it ran.
 pub fn find<'a>(rows: &'a [Row], scenario: &str, imp: &str) -> Option<&'a Record> {

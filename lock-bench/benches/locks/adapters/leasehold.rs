@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use leasehold::{LockClient, LockError, LockGuard};
+use leasehold::{LockClient, LockError, LockGuard, LockRequest};
 
-use super::{Res, Settings};
+use super::{Res, Settings, Shape};
 
 pub struct Leasehold {
     client: LockClient,
@@ -24,15 +24,36 @@ impl Leasehold {
         Ok(Leasehold { client, settings })
     }
 
+    /// The same client (one connection) taking `shape`.
+    pub fn reshaped(&self, shape: Shape) -> Leasehold {
+        Leasehold {
+            client: self.client.clone(),
+            settings: Settings {
+                shape,
+                ..self.settings
+            },
+        }
+    }
+
     pub fn client(&self) -> &LockClient {
         &self.client
     }
 
+    /// The request for `key` in the configured shape (S9: the lock family).
+    fn request(&self, key: &str) -> LockRequest {
+        let request = match self.settings.shape {
+            Shape::Lock => self.client.lock(key),
+            Shape::Permit(permits) => self.client.semaphore(key, permits),
+            Shape::Read => self.client.rw_lock(key).read(),
+            Shape::Write => self.client.rw_lock(key).write(),
+            Shape::All(n) => self.client.lock_all((0..n).map(|i| format!("{key}:{i}"))),
+        };
+        request.ttl(self.settings.ttl)
+    }
+
     pub async fn acquire(&self, key: &str) -> Res<LockGuard> {
         Ok(self
-            .client
-            .lock(key)
-            .ttl(self.settings.ttl)
+            .request(key)
             .renew(self.settings.renew)
             .acquire()
             .await?)
@@ -40,9 +61,7 @@ impl Leasehold {
 
     pub async fn acquire_wait(&self, key: &str, max: Duration) -> Res<Option<LockGuard>> {
         match self
-            .client
-            .lock(key)
-            .ttl(self.settings.ttl)
+            .request(key)
             .renew(self.settings.renew)
             .wait(max)
             .acquire()

@@ -7,6 +7,8 @@
 //! and the library's own default retry settings when waiting.
 
 pub mod async_redis_lock;
+pub mod distkit;
+pub mod distributed_lock;
 pub mod leasehold;
 pub mod raw;
 pub mod rlock;
@@ -31,10 +33,12 @@ pub enum Kind {
     Rslock,
     Rlock,
     AsyncRedisLock,
+    Distkit,
+    DistributedLock,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Raw,
         Kind::RawFenced,
         Kind::RawScripts,
@@ -42,6 +46,8 @@ impl Kind {
         Kind::Rslock,
         Kind::Rlock,
         Kind::AsyncRedisLock,
+        Kind::Distkit,
+        Kind::DistributedLock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,6 +59,8 @@ impl Kind {
             Kind::Rslock => "rslock",
             Kind::Rlock => "rlock",
             Kind::AsyncRedisLock => "async-redis-lock",
+            Kind::Distkit => "distkit",
+            Kind::DistributedLock => "distributed-lock",
         }
     }
 
@@ -67,8 +75,13 @@ impl Kind {
 
     /// Why this implementation cannot wait for a busy lock, if it cannot.
     pub fn no_wait(self) -> Option<&'static str> {
-        self.is_raw()
-            .then_some("raw has no waiting policy of its own")
+        match self {
+            // Its plain lock's `acquire(Some(timeout))` makes one attempt
+            // and answers Timeout when busy (its semaphore and rw lock poll).
+            Kind::DistributedLock => Some("its lock's acquire(timeout) does not wait"),
+            kind if kind.is_raw() => Some("raw has no waiting policy of its own"),
+            _ => None,
+        }
     }
 
     /// How this implementation waits, for the table's notes.
@@ -79,6 +92,10 @@ impl Kind {
             Kind::Rslock => "polls: 3 tries, random 0-200 ms apart, then again",
             Kind::Rlock => "polls every 100 ms",
             Kind::AsyncRedisLock => "polls every 100 ms",
+            Kind::Distkit => "polls every 50 ms",
+            Kind::DistributedLock => {
+                "lock: one attempt, no waiting; semaphore, rw lock: polls, 10 to 200 ms apart"
+            }
         }
     }
 }
@@ -98,6 +115,23 @@ pub struct Settings {
     pub renew: bool,
     /// leasehold: use the Redlock client even for a single URL.
     pub redlock: bool,
+    /// What one acquisition takes (S9; the plain lock elsewhere).
+    pub shape: Shape,
+}
+
+/// What one acquisition of key `k` takes (the lock family, S9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// The exclusive lock of `k`.
+    Lock,
+    /// One permit of a semaphore of this many permits on `k`.
+    Permit(u32),
+    /// A read share of the rw lock `k`.
+    Read,
+    /// The write side of the rw lock `k`.
+    Write,
+    /// All of this many keys `k:0`, `k:1`, ... at once.
+    All(u32),
 }
 
 impl Settings {
@@ -106,6 +140,7 @@ impl Settings {
             ttl,
             renew: false,
             redlock: false,
+            shape: Shape::Lock,
         }
     }
 }
@@ -120,6 +155,8 @@ pub enum Adapter {
     Rslock(rslock::Rslock),
     Rlock(rlock::Rlock),
     AsyncRedisLock(async_redis_lock::Arl),
+    Distkit(distkit::Distkit),
+    DistributedLock(distributed_lock::DistLock),
 }
 
 /// A held lock of any implementation.
@@ -131,6 +168,8 @@ pub enum Held {
     Rslock(rslock::Held),
     Rlock(::rlock::async_lock::RLockGuard),
     AsyncRedisLock(::async_redis_lock::Lock),
+    Distkit(distkit::Held),
+    DistributedLock(distributed_lock::Held),
 }
 
 impl Adapter {
@@ -154,6 +193,10 @@ impl Adapter {
             Kind::AsyncRedisLock => {
                 Adapter::AsyncRedisLock(async_redis_lock::Arl::connect(first, settings).await?)
             }
+            Kind::Distkit => Adapter::Distkit(distkit::Distkit::connect(first, settings).await?),
+            Kind::DistributedLock => Adapter::DistributedLock(
+                distributed_lock::DistLock::connect(first, settings).await?,
+            ),
         })
     }
 
@@ -165,6 +208,8 @@ impl Adapter {
             Adapter::Rslock(a) => a.acquire(key).await.map(Held::Rslock),
             Adapter::Rlock(a) => a.acquire(key).await.map(Held::Rlock),
             Adapter::AsyncRedisLock(a) => a.acquire(key).await.map(Held::AsyncRedisLock),
+            Adapter::Distkit(a) => a.acquire(key).await.map(Held::Distkit),
+            Adapter::DistributedLock(a) => a.acquire(key).await.map(Held::DistributedLock),
         }
     }
 
@@ -179,6 +224,10 @@ impl Adapter {
             Adapter::AsyncRedisLock(a) => {
                 Ok(a.acquire_wait(key, max).await?.map(Held::AsyncRedisLock))
             }
+            Adapter::Distkit(a) => Ok(a.acquire_wait(key, max).await?.map(Held::Distkit)),
+            Adapter::DistributedLock(a) => {
+                Ok(a.acquire_wait(key, max).await?.map(Held::DistributedLock))
+            }
         }
     }
 
@@ -190,6 +239,8 @@ impl Adapter {
             (Adapter::Rslock(a), Held::Rslock(h)) => a.release(h).await,
             (Adapter::Rlock(_), Held::Rlock(mut g)) => Ok(g.release().await?),
             (Adapter::AsyncRedisLock(_), Held::AsyncRedisLock(l)) => Ok(l.release().await?),
+            (Adapter::Distkit(a), Held::Distkit(h)) => a.release(h).await,
+            (Adapter::DistributedLock(a), Held::DistributedLock(h)) => a.release(h).await,
             _ => Err("guard released through another adapter".into()),
         }
     }
@@ -203,6 +254,8 @@ impl Adapter {
             Held::Rslock(h) => h.client_says_held(),
             Held::Rlock(g) => Some(g.lease_state() == ::rlock::LeaseState::Active),
             Held::AsyncRedisLock(l) => Some(!l.is_lost()),
+            Held::Distkit(h) => Some(distkit::Distkit::client_says_held(h)),
+            Held::DistributedLock(h) => Some(distributed_lock::DistLock::client_says_held(h)),
         }
     }
 
@@ -211,7 +264,20 @@ impl Adapter {
         match self {
             Adapter::Raw(a) => a.redis_key(key),
             Adapter::Leasehold(_) => leasehold_key(key, "lock"),
+            Adapter::Distkit(_) => format!("distkit-locks:{}", key.replace(':', ".")),
+            Adapter::DistributedLock(_) => distributed_lock::DistLock::redis_key(key),
             _ => key.to_owned(),
+        }
+    }
+
+    /// The same client (connection shared) taking `shape` instead (S9's
+    /// readers and writers on one client). leasehold and distkit only.
+    pub fn reshaped(&self, shape: Shape) -> Res<Adapter> {
+        match self {
+            Adapter::Leasehold(a) => Ok(Adapter::Leasehold(a.reshaped(shape))),
+            Adapter::Distkit(a) => Ok(Adapter::Distkit(a.reshaped(shape)?)),
+            Adapter::DistributedLock(a) => Ok(Adapter::DistributedLock(a.reshaped(shape)?)),
+            _ => Err("no lock family".into()),
         }
     }
 

@@ -1,7 +1,8 @@
-//! The scenarios S1–S8, grouped by what they measure, and what they share:
+//! The scenarios S1–S9, grouped by what they measure, and what they share:
 //! the run context and its knobs (quick or default).
 
 pub mod contention;
+pub mod family;
 pub mod market;
 pub mod reentry;
 pub mod renewal;

@@ -151,23 +151,38 @@ async fn run_pairs(
 
 /// S1 (`tasks == 1`) or S2 (`tasks == 64`) for one implementation.
 pub async fn s1_s2(ctx: &Ctx, scenario: &str, kind: Kind, tasks: usize, rep: usize) -> Row {
+    let prefix = ctx.prefix(&scenario[..2], kind, rep);
+    let settings = Settings::plain(TTL);
+    pairs_row(ctx, scenario, kind.name(), kind, settings, tasks, &prefix).await
+}
+
+/// `tasks` tasks doing pairs with `kind` configured by `settings` (its
+/// shape: S9) on fresh keys under `prefix`: one row named `imp`.
+pub async fn pairs_row(
+    ctx: &Ctx,
+    scenario: &str,
+    imp: &str,
+    kind: Kind,
+    settings: Settings,
+    tasks: usize,
+    prefix: &str,
+) -> Row {
     let run = async {
-        let adapter = Arc::new(ctx.adapter(kind, Settings::plain(TTL)).await?);
-        let prefix = ctx.prefix(&scenario[..2], kind, rep);
+        let adapter = Arc::new(ctx.adapter(kind, settings).await?);
         let mut p = pairs(
             adapter.clone(),
             &[ctx.main()],
             tasks,
             ctx.knobs.warmup,
             ctx.knobs.pairs_window,
-            &prefix,
+            prefix,
         )
         .await?;
         adapter.shutdown().await;
         Res::Ok(
             Record::new(
                 scenario,
-                kind.name(),
+                imp,
                 rate(p.count, p.elapsed),
                 p.acquire.p50_us(),
                 p.acquire.p99_us(),
@@ -181,7 +196,7 @@ pub async fn s1_s2(ctx: &Ctx, scenario: &str, kind: Kind, tasks: usize, rep: usi
     };
     match run.await {
         Ok(record) => Row::Ok(record),
-        Err(e) => Row::failed(scenario, kind.name(), e),
+        Err(e) => Row::failed(scenario, imp, e),
     }
 }
 
