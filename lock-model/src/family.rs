@@ -415,7 +415,7 @@ fn gone(e: Exp, now: Time) -> bool {
 pub struct FamilyConfig {
     /// Each client's kind (its every acquisition is of that kind).
     pub kinds: Vec<Kind>,
-    /// The semaphore's permits (ARGV[6]; ignored for the rw lock).
+    /// The semaphore's permits (`ARGV[6]`; ignored for the rw lock).
     pub permits: u8,
     pub acquisitions: u8,
     pub horizon: Time,
