@@ -31,33 +31,9 @@ on_both_backends!(
     run_drops_the_body_when_the_lease_lapses,
     invalid_arguments_are_rejected,
     fencing_token_of_the_current_task,
+    waiters_of_one_client_take_turns,
+    instances_take_turns_too,
 );
-
-/// The take-turns checks, on Redis in every run. On the in-memory backend
-/// they found a defect this stop could not mend: about one run in 25, one
-/// task did every section while the others, waiting with a 60 s budget,
-/// did none (`[0, 0, 0, 240, 0, 0, 0, 0]`), on a machine with nothing else
-/// running. Run them with `cargo test --test core -- --ignored take_turns`.
-macro_rules! take_turns_on_redis_and_memory {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn redis() {
-                    super::$name(crate::fixture::Fixture::redis()).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[ignore = "open defect: a rare starvation of the in-memory backend's waiters (see the macro's docs)"]
-                async fn memory() {
-                    super::$name(crate::fixture::Fixture::memory()).await;
-                }
-            }
-        )*
-    };
-}
-
-take_turns_on_redis_and_memory!(waiters_of_one_client_take_turns, instances_take_turns_too);
 
 /// 4 clients × 8 tasks increment a counter with a non-atomic read-yield-write
 /// under the lock: the count is exact and no two critical sections overlap.
