@@ -715,17 +715,23 @@ async fn take_turns(
     total: u64,
 ) -> Vec<u64> {
     let done = Arc::new(AtomicU64::new(0));
-    // Every task starts its loop together: a task spawned first must not
-    // count the sections it did alone, before the others were even polled,
-    // as the others' starvation (seen once on an idle machine: 93 vs 16).
-    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let n = clients.len();
+    // The test holds the key until every task waits in line, so that what
+    // is counted is how the line serves them: a task the runtime polls
+    // first would otherwise do sections alone before the others even ask
+    // (seen on an idle machine: 82 grants with nobody in line, then turns).
+    let opener = clients[0].clone();
+    let held = opener
+        .lock(key)
+        .acquire()
+        .await
+        .expect("the test takes the key first");
     let tasks: Vec<_> = clients
         .into_iter()
         .map(|client| {
-            let (done, start) = (done.clone(), start.clone());
+            let done = done.clone();
             tokio::spawn(async move {
                 let mut mine = 0u64;
-                start.wait().await;
                 loop {
                     let guard = client
                         .lock(key)
@@ -744,6 +750,19 @@ async fn take_turns(
             })
         })
         .collect();
+    let everyone_waits = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = opener.inspect(key).await.expect("inspect the key");
+        if info.is_some_and(|info| info.waiters >= n) {
+            break;
+        }
+        assert!(
+            Instant::now() < everyone_waits,
+            "not every task waits in line within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    held.release().await.expect("release the key the test held");
     let mut counts = Vec::new();
     for task in tasks {
         counts.push(task.await.unwrap());
