@@ -417,11 +417,15 @@ impl<T: Topology> RedisBackend<T> {
     /// grant) is looked at again a few times, so that the token shown is
     /// the holder's; a holder frozen right after its grant (or one holding
     /// longer than the record is kept) shows the last token a script wrote.
+    /// `records` is false for a Redlock master: its grants are scripted and
+    /// write their fence, so nothing is recorded later and nothing is
+    /// waited for.
     pub(crate) async fn inspect_script(
         &self,
         keys: &LockKeys,
+        records: bool,
     ) -> Result<Option<Inspected>, LockError> {
-        let records = self.topology.fast_path();
+        let records = records && self.topology.fast_path();
         let mut looks = 0;
         loop {
             let found = self
@@ -686,7 +690,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
     }
 
     fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
-        Box::pin(self.inspect_script(keys))
+        Box::pin(self.inspect_script(keys, true))
     }
 
     fn list<'a>(&'a self, prefix: &'a str, pattern: &'a str) -> Reply<'a, Vec<Inspected>> {
@@ -694,7 +698,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
             use futures_util::StreamExt;
             let keys = self.scan_lock_keys(prefix, pattern).await?;
             let found: Vec<Result<Option<Inspected>, LockError>> = futures_util::stream::iter(keys)
-                .map(|key| async move { self.inspect_script(&LockKeys::new(prefix, &key)).await })
+                .map(|key| async move {
+                    self.inspect_script(&LockKeys::new(prefix, &key), true)
+                        .await
+                })
                 .buffered(LIST_CONCURRENCY)
                 .collect()
                 .await;

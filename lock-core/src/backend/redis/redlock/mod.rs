@@ -289,7 +289,7 @@ impl RedlockBackend {
         let replies = self
             .masters
             .ask_all(self.response_timeout, |master| async move {
-                master.inspect_script(keys).await
+                master.inspect_script(keys, false).await
             })
             .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
