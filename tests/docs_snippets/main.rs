@@ -18,26 +18,29 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// What snippets take as given.
+/// What snippets take as given: one module at the top of `snippets.rs`,
+/// which every snippet's module imports.
 const PRELUDE: &str = r#"
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
+mod prelude {
+    #![allow(unused, dead_code)]
+    pub use std::sync::Arc;
+    pub use std::time::Duration;
+    pub use axum::http::StatusCode;
+    pub use leasehold::testing::FaultyClient;
+    pub use leasehold::{LockClient, LockError};
+    pub use crate::axum_orders::{app, Payments};
+    pub type NaiveDate = String;
+    pub type UserId = u64;
     pub struct Receipt;
     pub struct Order { pub id: u64 }
     pub struct AppError;
     impl From<leasehold::LockError> for AppError {
         fn from(_: leasehold::LockError) -> Self { AppError }
     }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
+    pub async fn write_order(_token: u64) {}
+    pub async fn reconcile() -> u64 { 0 }
+    pub async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
+}
 "#;
 
 fn rust_snippets(path: &Path) -> Vec<(usize, String)> {
@@ -87,6 +90,7 @@ fn generate(root: &Path) -> (String, usize) {
          // do not edit; `LEASEHOLD_SNIPPETS=overwrite cargo test --test docs_snippets`.\n\
          #![allow(unused, unreachable_code, dead_code)]\n",
     );
+    source.push_str(PRELUDE);
     let mut count = 0;
     for file in &files {
         for (line, body) in rust_snippets(file) {
@@ -94,7 +98,9 @@ fn generate(root: &Path) -> (String, usize) {
             let body = body.replace("{ ... }", "{ todo!() }");
             let _ = writeln!(
                 source,
-                "\n/// {}:{line}\nmod snippet_{count} {{\n{PRELUDE}\n\
+                "\n/// {}:{line}\nmod snippet_{count} {{\n\
+                 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]\n\
+                 use super::prelude::*;\n\
                  async fn snippet() -> Result<(), Box<dyn std::error::Error>> {{\n{body}\nOk(())\n}}\n}}",
                 file.strip_prefix(root).unwrap_or(file).display()
             );

@@ -2,28 +2,31 @@
 // do not edit; `LEASEHOLD_SNIPPETS=overwrite cargo test --test docs_snippets`.
 #![allow(unused, unreachable_code, dead_code)]
 
-/// README.md:9
-mod snippet_1 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
+mod prelude {
+    #![allow(unused, dead_code)]
+    pub use std::sync::Arc;
+    pub use std::time::Duration;
+    pub use axum::http::StatusCode;
+    pub use leasehold::testing::FaultyClient;
+    pub use leasehold::{LockClient, LockError};
+    pub use crate::axum_orders::{app, Payments};
+    pub type NaiveDate = String;
+    pub type UserId = u64;
     pub struct Receipt;
     pub struct Order { pub id: u64 }
     pub struct AppError;
     impl From<leasehold::LockError> for AppError {
         fn from(_: leasehold::LockError) -> Self { AppError }
     }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
+    pub async fn write_order(_token: u64) {}
+    pub async fn reconcile() -> u64 { 0 }
+    pub async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
+}
 
+/// README.md:9
+mod snippet_1 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 #[leasehold::distributed_lock(key = "draw:<date>", ttl = "10s", renew)]
 async fn draw_winners(date: NaiveDate) -> Result<Vec<UserId>, AppError> { todo!() }
@@ -34,26 +37,8 @@ Ok(())
 
 /// README.md:55
 mod snippet_2 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use std::time::Duration;
 use leasehold::{distributed_lock, LockClient, LockError};
@@ -93,26 +78,8 @@ Ok(())
 
 /// docs/operations.md:9
 mod snippet_3 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use leasehold::{LockClient, LockInfo};
 
@@ -130,26 +97,8 @@ Ok(())
 
 /// docs/recipes.md:8
 mod snippet_4 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -210,26 +159,8 @@ Ok(())
 
 /// docs/recipes.md:88
 mod snippet_5 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use std::time::Duration;
 use leasehold::{distributed_lock, schedule, LockError};
@@ -262,26 +193,8 @@ Ok(())
 
 /// docs/recipes.md:147
 mod snippet_6 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use tokio_cron_scheduler::{Job, JobScheduler};
 
@@ -300,26 +213,8 @@ Ok(())
 
 /// docs/recipes.md:169
 mod snippet_7 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 let client = LockClient::connect("redis://127.0.0.1:6379").await?;
 
@@ -359,26 +254,8 @@ Ok(())
 
 /// docs/testing.md:27
 mod snippet_8 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use std::time::Duration;
 use leasehold::testing::FaultyClient;
@@ -409,26 +286,8 @@ Ok(())
 
 /// docs/testing.md:54
 mod snippet_9 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 let kit = FaultyClient::new();
 let app = app(Arc::new(Payments::new(kit.client.clone(), Duration::from_millis(5))));
@@ -446,26 +305,8 @@ Ok(())
 
 /// docs/topologies.md:57
 mod snippet_10 {
-
-    #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
-    use std::sync::Arc;
-    use std::time::Duration;
-    use axum::http::StatusCode;
-    use leasehold::testing::FaultyClient;
-    use leasehold::{LockClient, LockError};
-    use crate::axum_orders::{app, Payments};
-    type NaiveDate = String;
-    type UserId = u64;
-    pub struct Receipt;
-    pub struct Order { pub id: u64 }
-    pub struct AppError;
-    impl From<leasehold::LockError> for AppError {
-        fn from(_: leasehold::LockError) -> Self { AppError }
-    }
-    async fn write_order(_token: u64) {}
-    async fn reconcile() -> u64 { 0 }
-    async fn post(_app: &axum::Router, _path: &str) -> (StatusCode, String) { todo!() }
-
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 let client = LockClient::builder()
     .tls_ca(std::fs::read("ca.crt")?)                  // PEM, one or more CA certificates
