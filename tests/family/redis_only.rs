@@ -212,3 +212,45 @@ async fn sentinel_family() {
     assert!(client.lock("s:2").try_acquire().await.unwrap().is_none());
     both.release().await.unwrap();
 }
+
+/// On Cluster, keys whose names fall in one slot (`t:1` and `t:641`: slot
+/// 2276) are taken by `lock_all`'s one script: a waiter keeps a place in every line, and a
+/// later plain lock does not take its free key before it (first come,
+/// first served across its keys, as on one server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_lock_all_in_one_slot_is_not_overtaken() {
+    let cluster = RedisCluster::start(3);
+    let (a, b, c) = (
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+    );
+    let plain = a.lock("t:641").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        b.lock_all(["t:1", "t:641"])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    // A hang guard, not a timing check: until the lock_all is in line.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a
+        .inspect("t:641")
+        .await
+        .unwrap()
+        .map_or(0, |info| info.waiters)
+        != 1
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never in line");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        c.lock("t:1").try_acquire().await.unwrap().is_none(),
+        "a plain newcomer took t:1 before the waiting lock_all"
+    );
+    plain.release().await.unwrap();
+    let both = waiting.await.unwrap().unwrap();
+    assert!(c.lock("t:1").try_acquire().await.unwrap().is_none());
+    both.release().await.unwrap();
+    assert!(c.lock("t:1").try_acquire().await.unwrap().is_some());
+}

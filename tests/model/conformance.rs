@@ -1475,14 +1475,111 @@ fn a_busy_lock_all_gives_back_the_keys_it_still_held() {
     assert!(matches!(retried, Value::Int(ms) if ms > 0), "{retried:?}");
     let a = text(&cmd(&mut con, &["GET", &key("a", "lock")]));
     assert_eq!(a, None, "a busy lock_all still holds key a");
-    // It waits in b's line only.
-    let line: Vec<String> = redis::cmd("LRANGE")
-        .arg(key("b", "line"))
+    // It waits in both lines (first come, first served across its keys).
+    for k in ["a", "b"] {
+        let line: Vec<String> = redis::cmd("LRANGE")
+            .arg(key(k, "line"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .expect("LRANGE");
+        assert_eq!(line, vec![token(all)], "line of {k}");
+    }
+}
+
+/// A `lock_all` waiter whose place lapsed in one of its lines (it came
+/// back late; here the place is set in the past) leaves both lines and
+/// joins them again at the back, behind a later `lock_all` waiter: were it
+/// to keep its old place in the other line, the two would stand in
+/// different orders in the two lines, each first where the other waits (a
+/// deadlock while both keep renewing). lock_all.lua and the model agree.
+#[test]
+fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
+    use leasehold::__private::LOCK_ALL_SOURCE;
+    use leasehold_model::all::{AllReply, lock_all as model_lock_all};
+    use leasehold_model::scripts::Server;
+
+    let server = RedisServer::start();
+    let mut con = server.connection().expect("a connection");
+    let key = |k: &str, what: &str| format!("leasehold:{{all}}:{k}:{what}");
+    let names = |k: &str| ["lock", "fence", "line", "places"].map(|what| key(k, what));
+    let [y, z, holder] = [0, 1, 2].map(|client| Tok { client, r#gen: 0 });
+    let lock_all = |con: &mut Connection, t: Tok| -> Value {
+        let script = Script::new(LOCK_ALL_SOURCE);
+        let mut call = script.prepare_invoke();
+        for k in ["a", "b"] {
+            for name in names(k) {
+                call.key(name);
+            }
+        }
+        call.arg(token(t))
+            .arg(30_000)
+            .arg(30_000 + FENCE_MEMORY_MS)
+            .arg(1_000)
+            .arg("PUBLISH")
+            .arg(key("a", "released"))
+            .arg(key("b", "released"));
+        call.invoke(con).expect("lock_all.lua")
+    };
+    let lines = |con: &mut Connection| -> Vec<Vec<String>> {
+        ["a", "b"]
+            .iter()
+            .map(|k| {
+                redis::cmd("LRANGE")
+                    .arg(key(k, "line"))
+                    .arg(0)
+                    .arg(-1)
+                    .query(con)
+                    .expect("LRANGE")
+            })
+            .collect()
+    };
+    // A plain holder of b; y, then z, wait for both keys.
+    let [lock, fence, line, places] = names("b");
+    let taken: Value = Script::new(ACQUIRE_SOURCE)
+        .key(lock)
+        .key(fence)
+        .key(line)
+        .key(places)
+        .arg(token(holder))
+        .arg(30_000)
+        .arg(30_000 + FENCE_MEMORY_MS)
         .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .expect("LRANGE");
-    assert_eq!(line, vec![token(all)]);
+        .arg(0)
+        .invoke(&mut con)
+        .expect("acquire.lua");
+    assert!(matches!(taken, Value::BulkString(_)), "{taken:?}");
+    assert!(matches!(lock_all(&mut con, y), Value::Int(_)));
+    assert!(matches!(lock_all(&mut con, z), Value::Int(_)));
+    let (ty, tz) = (token(y), token(z));
+    assert_eq!(lines(&mut con), vec![vec![ty.clone(), tz.clone()]; 2]);
+    // y's place in a's line lapses.
+    cmd(&mut con, &["HSET", &key("a", "places"), &ty, "1"]);
+    assert!(matches!(lock_all(&mut con, y), Value::Int(_)));
+    assert_eq!(lines(&mut con), vec![vec![tz.clone(), ty.clone()]; 2]);
+
+    // The model, from the same state.
+    let mut keys: [Server; 2] = Default::default();
+    let (_, _) = keys[1].acquire(holder, false, 0, 1, false);
+    for t in [y, z] {
+        assert!(matches!(
+            model_lock_all(&mut keys, t, true, 0, 1).0,
+            AllReply::Busy(_)
+        ));
+    }
+    // Only a's place of y lapses.
+    for place in &mut keys[0].places {
+        if place.0 == y {
+            place.1 = 1;
+        }
+    }
+    assert!(matches!(
+        model_lock_all(&mut keys, y, true, 1, 1).0,
+        AllReply::Busy(_)
+    ));
+    for k in &keys {
+        assert_eq!(k.line, vec![z, y]);
+    }
 }
 
 // The lock_all model (lock-model/src/all.rs) tied to lock_all.lua and the
@@ -1762,6 +1859,21 @@ mod all {
                                         );
                                     }
                                     *self.seen.entry("acquire: busy").or_default() += 1;
+                                    if takes == Takes::Both {
+                                        // Places kept in every line, or
+                                        // all taken again after one lapsed.
+                                        let placed: Vec<Option<u8>> =
+                                            before.keys.iter().map(|k| k.place(t)).collect();
+                                        let what =
+                                            if placed.iter().all(|p| p.is_some_and(|p| p > now)) {
+                                                "lock_all: busy, places kept"
+                                            } else if placed.iter().any(Option::is_some) {
+                                                "lock_all: busy, lines joined again"
+                                            } else {
+                                                "lock_all: busy, lines joined"
+                                            };
+                                        *self.seen.entry(what).or_default() += 1;
+                                    }
                                 }
                                 (real, AllReply::Granted(fences)) => {
                                     let got = Self::fences(real);
@@ -1883,16 +1995,22 @@ mod all {
     fn lock_all_and_the_plain_scripts_do_what_the_model_says() {
         let server = RedisServer::start();
         let mut con = server.connection().expect("a connection");
-        let model = LockAll {
+        // Two lock_all callers and a plain lock of one key; one lock_all
+        // caller and a plain lock of each key (every other walk).
+        let models = [
+            vec![Takes::Both, Takes::Both, Takes::One(1)],
+            vec![Takes::Both, Takes::One(0), Takes::One(1)],
+        ]
+        .map(|clients| LockAll {
             config: AllConfig {
-                clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+                clients,
                 horizon: 10,
                 faults: 3,
                 client_faults: true,
                 key_losses: true,
                 liveness: false,
             },
-        };
+        });
         let walks: usize = std::env::var("LEASEHOLD_MODEL_WALKS")
             .ok()
             .and_then(|n| n.parse().ok())
@@ -1902,10 +2020,11 @@ mod all {
         let mut steps = 0;
         let mut actions = Vec::new();
         for n in 0..walks {
+            let model = &models[n % 2];
             cmd(&mut con, &["FLUSHDB"]);
             let mut replay = Replay {
                 con: &mut con,
-                model: &model,
+                model,
                 told: [BTreeMap::new(), BTreeMap::new()],
                 seen: BTreeMap::new(),
             };
@@ -1953,6 +2072,10 @@ mod all {
             "lock_all: granted",
             "plain: granted",
             "acquire: busy",
+            "lock_all: busy, lines joined",
+            "lock_all: busy, places kept",
+            // (joined again after a lapsed place: rare in walks, see
+            // a_lock_all_with_a_lapsed_place_joins_every_line_again)
             "renew",
             "release",
             "abandon",

@@ -66,7 +66,11 @@ impl<T: Topology> RedisBackend<T> {
     /// (always on one server), else key by key (Cluster): each taken in
     /// sorted order by the lock's own script, and every one taken given back
     /// as soon as one is busy, so that nothing is held while waiting; the
-    /// caller keeps a place only in the busy key's line.
+    /// caller keeps a place only in the busy key's line. (Across slots,
+    /// first come first served holds per key only: places taken key by key
+    /// could stand in different orders in two lines, and two such waiters
+    /// would each keep its turn from the other. In one slot the script takes
+    /// every place at once.)
     pub(super) async fn lock_all_attempt(
         &self,
         con: &mut T::Conn,
