@@ -30,9 +30,8 @@
 //! - a read share: no writer holds it and no writer waits before it;
 //! - the write side: nobody holds it and nobody waits before it.
 //!
-//! A free grant (no holders key, no line key) is the acquire script's
-//! first branch: `TIME`, `EXISTS`, `GET` of the fence key, `HSET`,
-//! `PEXPIRE`, and a release that leaves neither key stops after `HDEL` and
+//! A free grant (no holders key, no line key, no fence key) is the acquire
+//! script's first branch: `TIME`, `EXISTS`, `HSET`, `PEXPIRE`, and a release that leaves neither key stops after `HDEL` and
 //! `EXISTS`: nothing to drop, nobody to pass over or to tell.
 //!
 //! A release names the first in line when it may go; each grant names the

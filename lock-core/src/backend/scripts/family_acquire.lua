@@ -23,8 +23,8 @@
 -- `…:places`, `…:released`), announced with PUBLISH. Each key or argument
 -- passed costs Redis CPU on every call (see release.lua).
 --
--- Free (neither KEYS[1] nor the line exists), the whole call is TIME,
--- EXISTS, GET, HSET and PEXPIRE: no line read, no fence written.
+-- Free (neither KEYS[1] nor the line nor the fence key exists), the whole
+-- call is TIME, EXISTS, HSET and PEXPIRE: no line read, no fence written.
 --
 -- Returns fence    (a string) granted, or already ours (a retried call)
 --         ms       (an integer) not now: look again within ms (-1: nothing
@@ -79,17 +79,16 @@ local function grant_fence(top)
   return fence
 end
 
--- Free: no holders and nobody in line (neither key exists, whatever its
--- type: a key of another type takes the full way below, which reports
--- it). Nothing to drop, nobody to pass over or to tell: take it.
-if redis.call('EXISTS', KEYS[1], line_key) == 0 then
-  local fence = grant_fence(nil)
-  if not fence then
-    return {-1, 2}
-  end
-  redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. fence)
+-- Free: no holders, nobody in line and no fence key (none of the three
+-- exists, whatever its type: a key of another type takes the full way
+-- below, which reports it). Nothing to drop, nobody to pass over or to
+-- tell, nothing issued above the clock: take it, the clock is the token.
+-- (A fence key is written only for a raised token, so it is seldom there;
+-- with one, the full way grants the same.)
+if redis.call('EXISTS', KEYS[1], line_key, fence_key) == 0 then
+  redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. clock)
   redis.call('PEXPIRE', KEYS[1], ttl)
-  return fence
+  return clock
 end
 
 local holders = live_holders(KEYS[1], kind, now)
