@@ -34,6 +34,32 @@ async fn semaphore_layout_on_the_server() {
     );
 }
 
+/// A free permit's fencing token is the server clock and writes no fence
+/// key; a fence key ahead of the clock (a clock that was ahead) raises the
+/// token, free or not, and a raised token is written, so that the next
+/// free grant is above it too (semantic 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_grant_honours_a_fence_key_ahead_of_the_clock() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let fence_key = "leasehold:{ahead}:fence";
+    let first = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert!(first.fencing_token() > 0);
+    first.release().await.unwrap();
+    assert_eq!(server.cmd(&["EXISTS", fence_key]), redis::Value::Int(0));
+    let ahead: u64 = 9_000_000_000_000_000;
+    server.cmd(&["SET", fence_key, &ahead.to_string()]);
+    let one = client.semaphore("ahead", 2).acquire().await.unwrap();
+    let two = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert_eq!(one.fencing_token(), ahead + 1);
+    assert_eq!(two.fencing_token(), ahead + 2);
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+    let three = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert_eq!(three.fencing_token(), ahead + 3);
+    three.release().await.unwrap();
+}
+
 /// A waiter whose acquisition is dropped leaves the line at once, and the
 /// holder's later release names nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

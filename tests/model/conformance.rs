@@ -851,6 +851,8 @@ mod family {
         top: Option<(u32, u64)>,
         /// Replies seen, for coverage.
         seen: BTreeMap<&'static str, usize>,
+        /// Acquire and release calls sent (for [`Replay::compact`]).
+        calls: usize,
     }
 
     impl Replay<'_> {
@@ -1042,14 +1044,23 @@ mod family {
             self.model.config.kinds[usize::from(t.client)].letter()
         }
 
+        /// Whether this call sends a script's compact form (KEYS[1] alone,
+        /// the other names derived by the script, as on one server): every
+        /// other call, so that both forms are replayed.
+        fn compact(&mut self) -> bool {
+            self.calls += 1;
+            self.calls.is_multiple_of(2)
+        }
+
         fn acquire(&mut self, t: Tok, in_line: bool) -> Value {
             let ttl = i64::from(LEASE) * TICK_MS;
-            Script::new(FAMILY_ACQUIRE_SOURCE)
-                .key(LOCK)
-                .key(FENCE)
-                .key(LINE)
-                .key(PLACES)
-                .arg(token(t))
+            let compact = self.compact();
+            let script = Script::new(FAMILY_ACQUIRE_SOURCE);
+            let mut call = script.key(LOCK);
+            if !compact {
+                call.key(FENCE).key(LINE).key(PLACES);
+            }
+            call.arg(token(t))
                 .arg(self.letter(t))
                 .arg(ttl)
                 .arg(ttl + FENCE_MEMORY_MS)
@@ -1058,11 +1069,11 @@ mod family {
                 } else {
                     0
                 })
-                .arg(self.model.config.permits)
-                .arg(CHANNEL)
-                .arg("PUBLISH")
-                .invoke(self.con)
-                .expect("family_acquire.lua")
+                .arg(self.model.config.permits);
+            if !compact {
+                call.arg(CHANNEL).arg("PUBLISH");
+            }
+            call.invoke(self.con).expect("family_acquire.lua")
         }
 
         fn renew(&mut self, t: Tok) -> Vec<i64> {
@@ -1144,18 +1155,18 @@ mod family {
                             *self.seen.entry(seen).or_default() += 1;
                         }
                         FamPhase::Releasing { .. } => {
-                            let real: Value = Script::new(FAMILY_RELEASE_SOURCE)
-                                .key(LOCK)
-                                .key(LINE)
-                                .key(PLACES)
-                                .arg(token(t))
-                                .arg(self.letter(t))
-                                .arg(0)
-                                .arg(permits)
-                                .arg(CHANNEL)
-                                .arg("PUBLISH")
-                                .invoke(self.con)
-                                .expect("family_release.lua");
+                            let compact = self.compact();
+                            let letter = self.letter(t);
+                            let script = Script::new(FAMILY_RELEASE_SOURCE);
+                            let mut call = script.key(LOCK);
+                            if !compact {
+                                call.key(LINE).key(PLACES);
+                            }
+                            call.arg(token(t)).arg(letter).arg(0).arg(permits);
+                            if !compact {
+                                call.arg(CHANNEL).arg("PUBLISH");
+                            }
+                            let real: Value = call.invoke(self.con).expect("family_release.lua");
                             let (model, _) = server.release(t, now, permits);
                             match (&real, model) {
                                 (Value::Int(0), FamRel::NotOurs) => {
@@ -1328,6 +1339,7 @@ mod family {
                 told: BTreeMap::new(),
                 top: None,
                 seen: BTreeMap::new(),
+                calls: 0,
             };
             for (i, (before, action, after)) in path_steps(model, path).iter().enumerate() {
                 let step = format!("path to {what:?} step {i} {action:?}");
@@ -1352,6 +1364,7 @@ mod family {
                     told: BTreeMap::new(),
                     top: None,
                     seen: BTreeMap::new(),
+                    calls: n,
                 };
                 for (i, (before, action, after)) in trace.iter().enumerate() {
                     let step = format!("{name} walk {n} step {i} {action:?}");

@@ -27,17 +27,18 @@ impl<T: Topology> RedisBackend<T> {
         attempt: Attempt<'_>,
     ) -> Result<Acquired, ScriptError> {
         let (keys, token, ttl, in_line) = attempt.parts();
-        scripts::family_acquire(con, keys, token, ttl, in_line, self.topology.publish()).await
+        let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
+        scripts::family_acquire(con, keys, token, ttl, in_line, publish, one_server).await
     }
 
     /// Give back a permit or a rw-lock side; this client's own waiters hear
     /// it at once.
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let (keys, token, keep, _) = release.parts();
-        let publish = self.topology.publish();
+        let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
         let released = self
             .call(|mut con| async move {
-                scripts::family_release(&mut con, keys, token, keep, publish).await
+                scripts::family_release(&mut con, keys, token, keep, publish, one_server).await
             })
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
