@@ -308,17 +308,23 @@ fn cluster_master_killed() {
         plan,
         Duration::from_secs(2),
         Duration::from_secs(3),
-        |run| {
-            let (slot, master) = lock_slot(run);
-            run.wait_for_holder(LONG, |_| true);
-            sleep(Duration::from_millis(200));
-            let Servers::Cluster(cluster) = &mut run.servers else {
-                unreachable!()
-            };
-            cluster.kill_and_fail_over(master, 3, slot);
-        },
+        kill_the_lock_slots_master,
     );
     assert_fenced(name, &f);
+}
+
+/// Kills (SIGKILL) the master of the lock's slot (see [`Run::lock_key`])
+/// while a long body holds and promotes its replica (node 3) at once with
+/// `CLUSTER FAILOVER TAKEOVER`.
+#[cfg(feature = "cluster")]
+pub(crate) fn kill_the_lock_slots_master(run: &mut Run) {
+    let (slot, master) = lock_slot(run);
+    run.wait_for_holder(LONG, |_| true);
+    sleep(Duration::from_millis(200));
+    let Servers::Cluster(cluster) = &mut run.servers else {
+        panic!("{}: not a Cluster plan", run.plan.name);
+    };
+    cluster.kill_and_fail_over(master, 3, slot);
 }
 
 /// Cluster, 3 masters: the lock's slot moves to another master
