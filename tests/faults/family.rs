@@ -225,42 +225,63 @@ fn family_all_restart() {
     long_only("family_all_restart", "all", Fault::Restart);
 }
 
+/// How the Sentinel set's replicas follow the primary in a family
+/// scenario.
+#[cfg(feature = "sentinel")]
+#[derive(Clone, Copy, PartialEq)]
+enum Replicas {
+    /// Every worker with `replica_sync(1, 1 s)`: each grant reached a
+    /// replica before it returned (README: a held lock stays exclusive
+    /// across one failover).
+    Synced,
+    /// Replication held back (the last grants and renewals reach the old
+    /// primary only), one more worker started at the kill; no
+    /// `restart_grace`. README: what the failover lost is lost, its holder
+    /// told, and a client connecting after it may take it at once.
+    Unsynced,
+    /// The same, every worker (the late one too) with `restart_grace(ttl)`
+    /// (docs/topologies.md: no second holder while the first may still say
+    /// `is_held()`).
+    UnsyncedWithGrace,
+}
+
 /// Sentinel (a primary, 2 replicas, 3 sentinels), the lock's lease and
 /// bodies there (4 s, one body in 8 of 6 s): the primary is killed while a
-/// long body holds, as in the lock's Sentinel scenarios.
-///
-/// * `synced`: every worker with `replica_sync(1, 1 s)`, so each grant
-///   reached a replica before it returned (README: a held lock stays
-///   exclusive across one failover).
-/// * not `synced`: replication held back (the last grants and renewals
-///   reach the old primary only), every worker, and one more started at
-///   the kill, with `restart_grace(ttl)` (docs/topologies.md: no second
-///   holder while the first may still say `is_held()`); the holder of what
-///   the failover lost must be told (`Lost`).
-///
-/// Asserted: the kind's invariants, every figure zero.
+/// long body holds, as in the lock's Sentinel scenarios. Asserted: with
+/// `Synced` and `UnsyncedWithGrace`, the kind's invariants, every figure
+/// zero; with `Unsynced`, what README promises there, as for the lock:
+/// fencing, no token issued twice, no key without expiry. Unsynced, the
+/// holder of what the failover lost must be told (`Lost`).
 #[cfg(feature = "sentinel")]
-fn family_sentinel(name: &'static str, kind: &str, synced: bool) {
+fn family_sentinel(name: &'static str, kind: &str, replicas: Replicas) {
     use crate::topologies::{
-        SENTINEL_LONG, SENTINEL_TTL, assert_lost_in_the_failover, kill_primary_under_a_holder,
-        sentinel_unsynced,
+        SENTINEL_LONG, SENTINEL_TTL, assert_fenced, assert_lost_in_the_failover,
+        kill_primary_under_a_holder, sentinel_unsynced,
     };
+    let synced = replicas == Replicas::Synced;
     let mut plan = family_plan(name, kind, SENTINEL_LONG);
     plan.topology = Topology::Sentinel { held: !synced };
     plan.ttl = SENTINEL_TTL;
     let workers = plan.workers;
-    let f = if synced {
-        plan.replica_sync = Some((1, Duration::from_secs(1)));
-        run(
-            plan,
-            Duration::from_secs(1),
-            SENTINEL_TTL + Duration::from_secs(1),
-            |run| kill_primary_under_a_holder(run, |_| {}),
-        )
-    } else {
-        sentinel_unsynced(plan, Some(SENTINEL_TTL))
+    let f = match replicas {
+        Replicas::Synced => {
+            plan.replica_sync = Some((1, Duration::from_secs(1)));
+            run(
+                plan,
+                Duration::from_secs(1),
+                SENTINEL_TTL + Duration::from_secs(1),
+                |run| kill_primary_under_a_holder(run, |_| {}),
+            )
+        }
+        Replicas::Unsynced => sentinel_unsynced(plan, None),
+        Replicas::UnsyncedWithGrace => sentinel_unsynced(plan, Some(SENTINEL_TTL)),
     };
-    assert_family_run(name, &f, workers);
+    if replicas == Replicas::Unsynced {
+        assert_fenced(name, &f);
+        assert_unique_tokens_and_expiring_keys(name, &f);
+    } else {
+        assert_family_run(name, &f, workers);
+    }
     if !synced {
         assert_lost_in_the_failover(name, &f);
     }
@@ -319,37 +340,43 @@ fn long_only_run(scenario: impl FnOnce()) {
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_semaphore_synced() {
-    long_only_run(|| family_sentinel("family_sen_sem_synced", "semaphore", true));
+    long_only_run(|| family_sentinel("family_sen_sem_synced", "semaphore", Replicas::Synced));
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_rw_synced() {
-    long_only_run(|| family_sentinel("family_sen_rw_synced", "rw", true));
+    long_only_run(|| family_sentinel("family_sen_rw_synced", "rw", Replicas::Synced));
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_all_synced() {
-    long_only_run(|| family_sentinel("family_sen_all_synced", "all", true));
+    long_only_run(|| family_sentinel("family_sen_all_synced", "all", Replicas::Synced));
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
-fn family_sentinel_semaphore_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_sem_unsynced", "semaphore", false));
+fn family_sentinel_semaphore_unsynced_with_grace() {
+    long_only_run(|| {
+        family_sentinel(
+            "family_sen_sem_grace",
+            "semaphore",
+            Replicas::UnsyncedWithGrace,
+        )
+    });
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
-fn family_sentinel_rw_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_rw_unsynced", "rw", false));
+fn family_sentinel_rw_unsynced_with_grace() {
+    long_only_run(|| family_sentinel("family_sen_rw_grace", "rw", Replicas::UnsyncedWithGrace));
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
-fn family_sentinel_all_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_all_unsynced", "all", false));
+fn family_sentinel_all_unsynced_with_grace() {
+    long_only_run(|| family_sentinel("family_sen_all_grace", "all", Replicas::UnsyncedWithGrace));
 }
 
 #[cfg(feature = "cluster")]
@@ -386,4 +413,22 @@ fn family_cluster_rw_master_killed() {
 #[test]
 fn family_cluster_all_master_killed() {
     long_only_run(|| family_cluster_killed("family_cl_all_killed", "all"));
+}
+
+#[cfg(feature = "sentinel")]
+#[test]
+fn family_sentinel_semaphore_unsynced() {
+    long_only_run(|| family_sentinel("family_sen_sem_unsynced", "semaphore", Replicas::Unsynced));
+}
+
+#[cfg(feature = "sentinel")]
+#[test]
+fn family_sentinel_rw_unsynced() {
+    long_only_run(|| family_sentinel("family_sen_rw_unsynced", "rw", Replicas::Unsynced));
+}
+
+#[cfg(feature = "sentinel")]
+#[test]
+fn family_sentinel_all_unsynced() {
+    long_only_run(|| family_sentinel("family_sen_all_unsynced", "all", Replicas::Unsynced));
 }
