@@ -60,6 +60,9 @@ pub struct Figures {
     /// The frozen section's fenced write: `Some(false)` = rejected.
     pub frozen_fenced: Option<bool>,
     pub final_counter: u64,
+    /// Keys left on the lock servers without an expiry once the workers
+    /// stopped (set by the scenario, which reads the servers).
+    pub persistent_keys: usize,
     pub err_busy: u64,
     pub err_backend: u64,
     pub err_lost: u64,
@@ -326,7 +329,11 @@ impl fmt::Display for Figures {
             )?;
         }
         if self.kind != "lock" {
-            write!(f, " token_duplicates={}", self.token_duplicates)?;
+            write!(
+                f,
+                " token_duplicates={} persistent_keys={}",
+                self.token_duplicates, self.persistent_keys
+            )?;
         }
         if let Some(fenced) = self.frozen_fenced {
             write!(

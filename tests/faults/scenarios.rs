@@ -204,9 +204,10 @@ impl Run {
         id < self.plan.via_proxy
     }
 
-    /// The redis key of the lock itself (on the lock servers).
+    /// The redis key of the lock itself (on the lock servers): see
+    /// [`lock_key_of`].
     pub fn lock_key(&self) -> String {
-        format!("leasehold:{{{}}}:lock", self.ns)
+        lock_key_of(&self.plan.kind, &self.ns)
     }
 
     /// How worker `id` reaches the lock.
@@ -292,6 +293,44 @@ pub(crate) fn sleep(d: Duration) {
     std::thread::sleep(d);
 }
 
+/// The redis key of the lock the workers of `kind` take on namespace `ns`:
+/// the lock's, the semaphore's or the rw lock's (one name, `ns`), or for
+/// `lock_all` that of the first key its first set names (each key of
+/// `lock_all` is a lock of its own, in a slot of its own on Cluster).
+pub(crate) fn lock_key_of(kind: &WorkKind, ns: &str) -> String {
+    match kind {
+        WorkKind::All(sets) => match sets.first().and_then(|set| set.first()) {
+            Some(key) => format!("leasehold:{{{ns}:{key}}}:lock"),
+            None => format!("leasehold:{{{ns}}}:lock"),
+        },
+        _ => format!("leasehold:{{{ns}}}:lock"),
+    }
+}
+
+/// Keys on the lock servers without an expiry (`PTTL` -1), read once the
+/// workers stopped: every key the library writes must lapse on its own,
+/// whatever a fault cut short. Every running node that holds data: the
+/// single server, the Sentinel set's primary, every Cluster node, every
+/// Redlock master.
+fn persistent_keys(servers: &Servers) -> Vec<String> {
+    let nodes: Vec<&RedisServer> = match servers {
+        Servers::Single(server) => vec![server],
+        Servers::Sentinel(set) => vec![set.node(set.primary_port())],
+        Servers::Cluster(cluster) => cluster.nodes().iter().collect(),
+        Servers::Redlock(masters) => masters.iter().collect(),
+    };
+    let mut persistent = Vec::new();
+    for node in nodes.into_iter().filter(|n| n.is_running()) {
+        for key in node.keys("*") {
+            // A Cluster replica answers `MOVED`: its master is read too.
+            if matches!(node.cmd_result(&["PTTL", &key]), Ok(Value::Int(-1))) {
+                persistent.push(format!("{key}@{}", node.port()));
+            }
+        }
+    }
+    persistent
+}
+
 /// Starts the lock servers of `topology` for lock namespace `ns`, and the
 /// proxies of the first `via_proxy` workers.
 fn start_servers(plan: &Plan, ns: &str) -> (Servers, Vec<FaultProxy>) {
@@ -316,7 +355,7 @@ fn start_servers(plan: &Plan, ns: &str) -> (Servers, Vec<FaultProxy>) {
         Topology::Cluster { replica } => {
             let mut cluster = RedisCluster::start(3);
             if replica {
-                let slot = RedisCluster::key_slot(&format!("leasehold:{{{ns}}}:lock"));
+                let slot = RedisCluster::key_slot(&lock_key_of(&plan.kind, ns));
                 let master = cluster.node_for_slot(slot);
                 cluster.add_replica(master);
             }
@@ -440,6 +479,15 @@ pub(crate) fn run(
     for line in &errors {
         figures.add_errors(line);
     }
+    let persistent = persistent_keys(&run.servers);
+    figures.persistent_keys = persistent.len();
+    if !persistent.is_empty() {
+        println!(
+            "faults {:<22} keys without expiry: {}",
+            run.plan.name,
+            persistent.join(" ")
+        );
+    }
     println!(
         "faults {:<22} workers={}x{} {figures}",
         run.plan.name,
@@ -500,9 +548,19 @@ pub(crate) fn assert_family_safe(name: &str, f: &Figures) {
     assert_safe(name, f);
     assert_eq!(f.overlaps, 0, "{name}: two holders at once: {f}");
     assert_eq!(f.over_permits, 0, "{name}: more holders than permits: {f}");
+    assert_unique_tokens_and_expiring_keys(name, f);
+}
+
+/// What the family keeps even where a topology loses data: no fencing
+/// token issued twice, no key left without an expiry.
+pub(crate) fn assert_unique_tokens_and_expiring_keys(name: &str, f: &Figures) {
     assert_eq!(
         f.token_duplicates, 0,
         "{name}: a fencing token issued twice: {f}"
+    );
+    assert_eq!(
+        f.persistent_keys, 0,
+        "{name}: keys left on the lock servers without an expiry: {f}"
     );
 }
 

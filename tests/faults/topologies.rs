@@ -25,7 +25,7 @@ use crate::support::RedisCluster;
 /// with the harness' `down-after-milliseconds 500`), so that a lease can
 /// outlive the primary it was granted on.
 #[cfg(feature = "sentinel")]
-const SENTINEL_TTL: Duration = Duration::from_secs(4);
+pub(crate) const SENTINEL_TTL: Duration = Duration::from_secs(4);
 /// How long a failover may take before the scenario gives up.
 #[cfg(feature = "sentinel")]
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
@@ -42,7 +42,7 @@ fn skipped_unless_long() -> bool {
 /// it lives on renewals, and a holder that cannot renew (its primary died)
 /// loses its lease before the body ends, however long the failover takes.
 #[cfg(feature = "sentinel")]
-const SENTINEL_LONG: Duration = Duration::from_secs(6);
+pub(crate) const SENTINEL_LONG: Duration = Duration::from_secs(6);
 
 /// Mostly short bodies, one in sixteen [`SENTINEL_LONG`].
 #[cfg(feature = "sentinel")]
@@ -53,7 +53,7 @@ fn sentinel_bodies() -> Vec<Duration> {
 }
 
 #[cfg(feature = "sentinel")]
-fn sentinel_plan(name: &'static str, held: bool) -> Plan {
+pub(crate) fn sentinel_plan(name: &'static str, held: bool) -> Plan {
     let mut plan = Plan::new(name);
     plan.topology = Topology::Sentinel { held };
     plan.ttl = SENTINEL_TTL;
@@ -71,7 +71,7 @@ fn sentinel_plan(name: &'static str, held: bool) -> Plan {
 /// would lose nothing: then they are pointed back, and the holder awaited
 /// again.
 #[cfg(feature = "sentinel")]
-fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run)) {
+pub(crate) fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run)) {
     let held = run.plan.topology == (Topology::Sentinel { held: true });
     loop {
         run.wait_for_holder(SENTINEL_LONG, |_| true);
@@ -109,7 +109,7 @@ fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run))
 /// The fencing part of every promise: tokens never repeat or go backwards,
 /// data loss included (SPEC 13), so the fenced store never accepts a stale
 /// write and never refuses the current holder's.
-fn assert_fenced(name: &str, f: &Figures) {
+pub(crate) fn assert_fenced(name: &str, f: &Figures) {
     assert!(f.sections > 0, "{name}: no section ran: {f}");
     assert_eq!(
         f.stale_accepted, 0,
@@ -165,7 +165,7 @@ fn sentinel_failover_unsynced() {
         return;
     }
     let name = "sentinel_failover_unsynced";
-    let f = sentinel_unsynced(name, None);
+    let f = sentinel_unsynced(sentinel_plan(name, true), None);
     assert_fenced(name, &f);
     assert_lost_in_the_failover(name, &f);
 }
@@ -194,7 +194,7 @@ fn sentinel_failover_unsynced_with_grace() {
         return;
     }
     let name = "sentinel_unsynced_grace";
-    let f = sentinel_unsynced(name, Some(SENTINEL_TTL));
+    let f = sentinel_unsynced(sentinel_plan(name, true), Some(SENTINEL_TTL));
     assert_lost_in_the_failover(name, &f);
     assert_fenced(name, &f);
     assert_eq!(f.overlaps, 0, "{name}: two holders at once: {f}");
@@ -202,16 +202,19 @@ fn sentinel_failover_unsynced_with_grace() {
 }
 
 #[cfg(feature = "sentinel")]
-fn assert_lost_in_the_failover(name: &str, f: &Figures) {
+pub(crate) fn assert_lost_in_the_failover(name: &str, f: &Figures) {
     assert!(
         f.dropped >= 1 && f.err_lost >= 1,
         "{name}: the holder of the lock lost with the primary was not told: {f}"
     );
 }
 
+/// Runs `plan` (a Sentinel plan whose replicas replicate through the
+/// proxy), every worker with `grace` as its `restart_grace`: replication
+/// held back, the primary killed under a long holder, one more worker
+/// started at the kill.
 #[cfg(feature = "sentinel")]
-fn sentinel_unsynced(name: &'static str, grace: Option<Duration>) -> Figures {
-    let mut plan = sentinel_plan(name, true);
+pub(crate) fn sentinel_unsynced(mut plan: Plan, grace: Option<Duration>) -> Figures {
     plan.restart_grace = grace;
     run(
         plan,
@@ -255,28 +258,35 @@ fn cluster_failover() {
         plan,
         Duration::from_secs(1),
         Duration::from_secs(2),
-        |run| {
-            let (slot, mut master) = lock_slot(run);
-            let mut replica = 3;
-            for _ in 0..scaled(1, 4) {
-                run.wait_for_holder(LONG, |_| true);
-                sleep(Duration::from_millis(200));
-                let Servers::Cluster(cluster) = &run.servers else {
-                    unreachable!()
-                };
-                let started = Instant::now();
-                cluster.manual_failover(replica, slot);
-                println!(
-                    "faults {name:<22} slot {slot}: node {master} -> node {replica} in {:?}",
-                    started.elapsed()
-                );
-                // The old master is the new one's replica now.
-                std::mem::swap(&mut master, &mut replica);
-                sleep(Duration::from_secs(1));
-            }
-        },
+        |run| fail_over_the_lock_slot(run, scaled(1, 4)),
     );
     assert_safe(name, &f);
+}
+
+/// `rounds` manual `CLUSTER FAILOVER`s of the lock's slot (see
+/// [`Run::lock_key`]) to its replica (node 3) and back, each while a long
+/// body holds, on a plan with `Topology::Cluster { replica: true }`.
+#[cfg(feature = "cluster")]
+pub(crate) fn fail_over_the_lock_slot(run: &mut Run, rounds: u32) {
+    let name = run.plan.name;
+    let (slot, mut master) = lock_slot(run);
+    let mut replica = 3;
+    for _ in 0..rounds {
+        run.wait_for_holder(LONG, |_| true);
+        sleep(Duration::from_millis(200));
+        let Servers::Cluster(cluster) = &run.servers else {
+            panic!("{name}: not a Cluster plan");
+        };
+        let started = Instant::now();
+        cluster.manual_failover(replica, slot);
+        println!(
+            "faults {name:<22} slot {slot}: node {master} -> node {replica} in {:?}",
+            started.elapsed()
+        );
+        // The old master is the new one's replica now.
+        std::mem::swap(&mut master, &mut replica);
+        sleep(Duration::from_secs(1));
+    }
 }
 
 /// Cluster, master of the lock's slot killed (SIGKILL) and its replica
@@ -298,17 +308,23 @@ fn cluster_master_killed() {
         plan,
         Duration::from_secs(2),
         Duration::from_secs(3),
-        |run| {
-            let (slot, master) = lock_slot(run);
-            run.wait_for_holder(LONG, |_| true);
-            sleep(Duration::from_millis(200));
-            let Servers::Cluster(cluster) = &mut run.servers else {
-                unreachable!()
-            };
-            cluster.kill_and_fail_over(master, 3, slot);
-        },
+        kill_the_lock_slots_master,
     );
     assert_fenced(name, &f);
+}
+
+/// Kills (SIGKILL) the master of the lock's slot (see [`Run::lock_key`])
+/// while a long body holds and promotes its replica (node 3) at once with
+/// `CLUSTER FAILOVER TAKEOVER`.
+#[cfg(feature = "cluster")]
+pub(crate) fn kill_the_lock_slots_master(run: &mut Run) {
+    let (slot, master) = lock_slot(run);
+    run.wait_for_holder(LONG, |_| true);
+    sleep(Duration::from_millis(200));
+    let Servers::Cluster(cluster) = &mut run.servers else {
+        panic!("{}: not a Cluster plan", run.plan.name);
+    };
+    cluster.kill_and_fail_over(master, 3, slot);
 }
 
 /// Cluster, 3 masters: the lock's slot moves to another master
