@@ -599,7 +599,11 @@ impl Worker {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
+        // Biased, body first: its first poll records the section's start,
+        // so a lease lost before then still shows as a section (from the
+        // grant's side) instead of vanishing from the checker's view.
         tokio::select! {
+            biased;
             () = self.body(record, body, role) => {
                 // As `run` does: the body finished; a failed release (the
                 // lease lapsed meanwhile) is not the section's failure.
