@@ -247,13 +247,14 @@ impl Server {
 
     /// The fast acquisition's reads after a `SET` that took the lock (`GET
     /// fence`, `TIME`: another step, other clients' calls may run before
-    /// it), and the client's decision: granted with max(clock, last + 1)
-    /// when the fence key is absent or unmarked, else [`FastReply::Resolve`].
-    /// Nothing is written.
+    /// it), and the client's decision: granted with the clock when the
+    /// fence key is absent, or unmarked and below the clock, else
+    /// [`FastReply::Resolve`] (a fence key at or ahead of the clock: the
+    /// script raises the token and writes it). Nothing is written.
     pub fn fast_read(&self, clock: u32) -> FastReply {
         match self.fence {
-            Some(f) if f.marked => FastReply::Resolve,
-            f => FastReply::Yes(clock.max(f.map_or(0, |f| f.value) + 1)),
+            Some(f) if f.marked || clock <= f.value => FastReply::Resolve,
+            _ => FastReply::Yes(clock),
         }
     }
 

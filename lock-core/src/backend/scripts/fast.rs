@@ -11,8 +11,9 @@
 //!    marker (`+`, see `marker.lua`): someone may wait in line;
 //! 3. `TIME`: the server clock.
 //!
-//! Taken, unmarked: the fencing token is the server clock in µs, or one
-//! above the last token written, whichever is higher. Nothing else is
+//! Taken, unmarked: the fencing token is the server clock in µs, when that
+//! is above the last token written (otherwise `acquire.lua` decides, and
+//! writes the raised token down, see [`Fast::Resolve`]). Nothing else is
 //! written: the token is recorded for `inspect` later, only if the lease is
 //! held long enough to be seen (`record.lua`, through the watchdog). This is
 //! the whole price of an uncontended acquisition: one `SET` and two reads
@@ -131,9 +132,14 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     let Some(now_us) = server_micros(time) else {
         return Ok(Some(Fast::Resolve));
     };
-    Ok(Some(Fast::Yes {
-        fence: now_us.max(last.saturating_add(1)),
-    }))
+    if now_us <= last {
+        // The last token written is ahead of the clock (Redlock's
+        // counters, a clock that stepped back): the token must be one above
+        // it, and written down, or the next fast grant would be one above
+        // the same key again. The script does both (its claimed mode).
+        return Ok(Some(Fast::Resolve));
+    }
+    Ok(Some(Fast::Yes { fence: now_us }))
 }
 
 /// A decimal `u64` (no sign, no marker).
