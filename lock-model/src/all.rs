@@ -56,7 +56,8 @@ pub fn lock_all(
     let mut ours = [false; 2];
     for i in 0..2 {
         let holder = s[i].lock;
-        let head = s[i].first_in_line(token, now);
+        // (lock_all.lua drops lapsed places, not their `~` fields.)
+        let head = s[i].first_kept(token, now, false);
         match holder {
             Some(l) if l.owner == token => ours[i] = true,
             Some(l) => {
@@ -137,7 +138,7 @@ pub fn lock_all(
         }
     }
     if in_line {
-        s[b].wait_in_line(token, now, sleep);
+        s[b].wait_in_line(token, now, sleep, None);
         s[b].tidy();
     }
     (AllReply::Busy(sleep), [false; 2], told)
@@ -244,7 +245,11 @@ impl LockAll {
             Takes::Both => lock_all(&mut w.keys, token, true, now, floor),
             Takes::One(k) => {
                 let k = usize::from(k);
-                let (reply, effects) = w.keys[k].acquire(token, true, now, floor, false);
+                let sent = match w.clients[usize::from(c)].phase {
+                    AllPhase::Acquiring { sent, .. } => sent,
+                    _ => now,
+                };
+                let (reply, effects) = w.keys[k].acquire(token, true, now, floor, false, sent);
                 let told = effects.announced.map(|t| (k, t)).into_iter().collect();
                 let reply = match reply {
                     AcqReply::Granted(f) => {
@@ -448,8 +453,22 @@ impl Model for LockAll {
                     }
                     AllPhase::Releasing { .. } => {
                         for &k in &keys {
-                            let (_, effects) = w.keys[k].release(token, now, None);
+                            let floor = w.clock;
+                            let (_, effects) = w.keys[k].release(token, now, None, floor);
                             if let Some(next) = effects.announced {
+                                Self::notify(&mut w, next);
+                            }
+                            // Handed to a plain waiter: a new fence. Its
+                            // client wakes and tries: the attempt finds the
+                            // lock its own (the grant's message is not
+                            // modelled here: the lock model has it).
+                            if let Some((next, fence, ..)) = effects.granted {
+                                w.clock += 1;
+                                if fence <= w.max_issued[k] {
+                                    w.fence_bad = true;
+                                }
+                                w.max_issued[k] = fence;
+                                w.clients[usize::from(next.client)].lost = false;
                                 Self::notify(&mut w, next);
                             }
                         }
