@@ -242,12 +242,17 @@ impl LockClient {
     /// empty list is [`LockError::InvalidArgument`]. Not available on
     /// Redlock.
     ///
-    /// On one server (and Sentinel) one script takes them all at once. On
-    /// Redis Cluster each key is its own hash tag, so keys usually live in
-    /// different slots and no script can span them: they are then taken one
-    /// by one in sorted order, and every one taken is given back as soon as
-    /// one is busy (nothing is held while waiting, so no deadlock; a plain
-    /// lock of one key may find it taken for that moment).
+    /// On one server (and Sentinel, and in memory) one script takes them
+    /// all at once, and a waiter keeps a place in the line of every key:
+    /// first come, first served across its keys (a later
+    /// [`lock`](Self::lock) or `lock_all` of one of them, even of a free
+    /// one, waits behind it). On Redis Cluster each key is its own hash
+    /// tag, so keys usually live in different slots and no script can span
+    /// them: they are then taken one by one in sorted order, every one
+    /// taken is given back as soon as one is busy (nothing is held while
+    /// waiting, so no deadlock; a plain lock of one key may find it taken
+    /// for that moment), and the waiter keeps a place in that busy key's
+    /// line only (first come, first served per key).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -11,6 +11,10 @@
 //! Faults: a crash, a reply lost and the call retried with the same token
 //! (or given up: abandoned), a cancelled waiter, leases running out, and one
 //! key alone lost (an operator's `force_release` of it, an eviction).
+//! A waiting `lock_all` keeps a place in both keys' lines, taken in one
+//! call: the checker looks that no key is granted to a later arrival while
+//! a `lock_all` waiter of it keeps its turn (a ghost line of the waiters'
+//! turns), and that every fair run serves every waiter (no deadlock).
 //! Not modelled here: the gate, restarts, one-try calls, requests lost.
 
 use stateright::{Model, Property};
@@ -52,30 +56,43 @@ pub fn lock_all(
     floor: u32,
 ) -> (AllReply, [bool; 2], Vec<(usize, Tok)>) {
     let mut told = Vec::new();
-    let mut blocked: Option<(usize, i32)> = None;
+    let mut blocked = false;
+    let (mut sleep, mut unknown) = (0i32, false);
     let mut ours = [false; 2];
+    let (mut present, mut live) = (0, 0);
     for i in 0..2 {
         let holder = s[i].lock;
         // (lock_all.lua drops lapsed places, not their `~` fields.)
         let head = s[i].first_kept(token, now, false);
-        match holder {
-            Some(l) if l.owner == token => ours[i] = true,
-            Some(l) => {
-                blocked = Some((i, i32::from(l.exp) - i32::from(now)));
-                break;
+        let wait = match holder {
+            Some(l) if l.owner == token => {
+                ours[i] = true;
+                None
             }
-            None => {
-                if let Some(h) = head
-                    && h != token
-                {
-                    let kept = s[i].place(h).unwrap_or(0);
-                    blocked = Some((i, i32::from(kept) - i32::from(now)));
-                    break;
+            Some(l) => Some(i32::from(l.exp) - i32::from(now)),
+            None => match head {
+                Some(h) if h != token => {
+                    Some(i32::from(s[i].place(h).unwrap_or(0)) - i32::from(now))
                 }
+                _ => None,
+            },
+        };
+        if let Some(wait) = wait {
+            blocked = true;
+            if wait < 0 {
+                unknown = true;
+            } else {
+                sleep = sleep.max(wait);
+            }
+        }
+        if in_line && let Some(kept) = s[i].place(token) {
+            present += 1;
+            if kept > now {
+                live += 1;
             }
         }
     }
-    let Some((b, sleep)) = blocked else {
+    if !blocked {
         let mut fences = [0; 2];
         let mut fresh = [false; 2];
         for i in 0..2 {
@@ -113,17 +130,21 @@ pub fn lock_all(
             fences[i] = fence;
         }
         return (AllReply::Granted(fences), fresh, told);
-    };
+    }
+    if unknown {
+        sleep = -1;
+    }
+    // Give back every key still ours; without a wait, or with a place
+    // lapsed or lost in some line, leave every line (to join them all
+    // again at the back).
+    let rejoin = !in_line || (present > 0 && live < 2);
     for (i, key) in s.iter_mut().enumerate() {
-        if i == b {
-            continue;
-        }
-        let held = key.lock.is_some_and(|l| l.owner == token);
+        let held = ours[i];
         if held {
             key.lock = None;
         }
         let mut was_first = false;
-        if key.remove_place(token) {
+        if rejoin && key.remove_place(token) {
             was_first = key.line.first() == Some(&token);
             if let Some(at) = key.line.iter().position(|t| *t == token) {
                 key.line.remove(at);
@@ -131,6 +152,7 @@ pub fn lock_all(
         }
         key.tidy();
         if let Some(&next) = key.line.first()
+            && next != token
             && (held || was_first)
             && key.lock.is_none()
         {
@@ -138,8 +160,13 @@ pub fn lock_all(
         }
     }
     if in_line {
-        s[b].wait_in_line(token, now, sleep, None);
-        s[b].tidy();
+        // A place in every line, all at once: first come, first served
+        // across the keys (lock_all.lua writes no `~` field: its places
+        // are only woken).
+        for key in s.iter_mut() {
+            key.wait_in_line(token, now, sleep, None);
+            key.tidy();
+        }
     }
     (AllReply::Busy(sleep), [false; 2], told)
 }
@@ -218,6 +245,13 @@ pub struct AllWorld {
     pub fence_bad: bool,
     /// Ghost: a busy reply to a `lock_all` left it a key.
     pub held_while_waiting: bool,
+    /// Ghost: the `lock_all` callers waiting in line, in the order they
+    /// took their places (one leaves when granted, when it gives up or
+    /// crashes, and when a place of it lapses: its turn is lost).
+    pub turns: Vec<u8>,
+    /// Ghost: a key was granted to one that came after a `lock_all`
+    /// waiter of that key (a newcomer, or one behind it in the key's line).
+    pub overtaken: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -241,6 +275,7 @@ impl LockAll {
         let token = w.clients[usize::from(c)].token(c);
         let now = w.now;
         let floor = w.clock;
+        let lines_before = [w.keys[0].line.clone(), w.keys[1].line.clone()];
         let (reply, fresh, told) = match self.takes(c) {
             Takes::Both => lock_all(&mut w.keys, token, true, now, floor),
             Takes::One(k) => {
@@ -266,6 +301,30 @@ impl LockAll {
         };
         for (_, next) in told {
             Self::notify(w, next);
+        }
+        match reply {
+            AllReply::Granted(_) => w.turns.retain(|&t| t != c),
+            AllReply::Busy(_) if self.takes(c) == Takes::Both && !w.turns.contains(&c) => {
+                w.turns.push(c)
+            }
+            AllReply::Busy(_) => {}
+        }
+        if let AllReply::Granted(_) = reply {
+            for (k, line) in lines_before.iter().enumerate() {
+                if !fresh[k] {
+                    continue;
+                }
+                let at = |t: Tok| line.iter().position(|&x| x == t);
+                for &y in &w.turns {
+                    let yt = w.clients[usize::from(y)].token(y);
+                    if self.takes(y).keys().contains(&k) {
+                        match (at(yt), at(token)) {
+                            (Some(ya), Some(xa)) if xa < ya => {}
+                            _ => w.overtaken = true,
+                        }
+                    }
+                }
+            }
         }
         match reply {
             AllReply::Granted(fences) if fresh.contains(&true) => {
@@ -332,6 +391,8 @@ impl Model for LockAll {
             max_issued: [0; 2],
             fence_bad: false,
             held_while_waiting: false,
+            turns: Vec::new(),
+            overtaken: false,
         }]
     }
 
@@ -563,6 +624,7 @@ impl Model for LockAll {
                 };
             }
             Action::GiveUp(c) => {
+                w.turns.retain(|&t| t != c);
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = match cl.phase {
                     AllPhase::Acquiring { .. } => AllPhase::Abandoning {
@@ -580,6 +642,7 @@ impl Model for LockAll {
                 };
             }
             Action::Cancel(c) => {
+                w.turns.retain(|&t| t != c);
                 w.clients[usize::from(c)].phase = AllPhase::Abandoning {
                     flight: Flight::Sent,
                 };
@@ -594,10 +657,20 @@ impl Model for LockAll {
                     flight: Flight::Sent,
                 };
             }
-            Action::Crash(c) => w.clients[usize::from(c)].phase = AllPhase::Dead,
+            Action::Crash(c) => {
+                w.turns.retain(|&t| t != c);
+                w.clients[usize::from(c)].phase = AllPhase::Dead;
+            }
             Action::Tick => {
                 w.now += 1;
                 let now = w.now;
+                // A waiter whose place lapsed lost its turn.
+                let (keys, clients) = (&w.keys, &w.clients);
+                w.turns.retain(|&y| {
+                    let yt = clients[usize::from(y)].token(y);
+                    keys.iter()
+                        .all(|k| k.place(yt).is_none_or(|kept| kept > now))
+                });
                 for k in &mut w.keys {
                     k.expire(now);
                 }
@@ -643,6 +716,10 @@ impl Model for LockAll {
                 !w.held_while_waiting
             }),
             Property::always(
+                "no lock_all waiter is overtaken on any of its keys",
+                |_, w: &AllWorld| !w.overtaken,
+            ),
+            Property::always(
                 "every key has an expiry, the markers in place",
                 |_, w: &AllWorld| w.keys.iter().all(|k| every_key_expires(k) && markers(k)),
             ),
@@ -657,6 +734,16 @@ impl Model for LockAll {
                         m.config.clients[i] == Takes::Both
                             && matches!(c.phase, AllPhase::Waiting { .. })
                             && w.keys.iter().any(|k| k.line.contains(&c.token(i as u8)))
+                    })
+                },
+            ),
+            Property::sometimes(
+                "a lock_all waiter keeps a place in both lines",
+                |m: &LockAll, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        m.config.clients[i] == Takes::Both
+                            && matches!(c.phase, AllPhase::Waiting { .. })
+                            && w.keys.iter().all(|k| k.line.contains(&c.token(i as u8)))
                     })
                 },
             ),

@@ -68,8 +68,9 @@ pub struct FamilyServer {
     /// script drops them (`live_holders`) or the key expires.
     pub holders: Vec<Holder>,
     pub holders_exp: Option<Time>,
-    /// `P{K}:fence`: the last token issued (it outlives a lease by an hour:
-    /// [`Exp::Long`]).
+    /// `P{K}:fence`: the last token issued above the server clock (a
+    /// token that is the clock is not written; it outlives a lease by an
+    /// hour: [`Exp::Long`]).
     pub fence: Option<u32>,
     /// `P{K}:line` (no key when empty).
     pub line: Vec<Tok>,
@@ -250,11 +251,18 @@ impl FamilyServer {
             .position(|p| p.token == token)
             .map_or(line.len() + 1, |i| i + 1);
         if may_go(kind, position, &holders, &line, permits) {
-            let fence = match self.fence {
-                Some(last) if last >= floor => last + 1,
+            // `grant_fence`: the clock, raised above the live holders' and
+            // the fence key's tokens; the key written only when raised.
+            // (The free way, no holders key and no line key, is this same
+            // step with nothing to drop, pass over or tell.)
+            let high = holders.iter().map(|h| h.fence).chain(self.fence).max();
+            let fence = match high {
+                Some(high) if high >= floor => high + 1,
                 _ => floor,
             };
-            self.fence = Some(fence);
+            if fence != floor {
+                self.fence = Some(fence);
+            }
             let mine = Holder {
                 token,
                 kind,

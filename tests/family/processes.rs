@@ -1,6 +1,9 @@
-//! Several OS processes share one semaphore and one rw lock on one Redis:
-//! this test binary re-runs itself as workers, each with its own client, and
-//! they count holders in Redis itself.
+//! Several OS processes share one semaphore, one rw lock and three lock
+//! keys (taken by `lock_all` of overlapping sets, named in every order, and
+//! by plain locks) on one Redis: this test binary re-runs itself as
+//! workers, each with its own client, and they count holders in Redis
+//! itself. Every acquisition must succeed within its wait (no deadlock, no
+//! waiter left behind).
 
 use std::process::Command;
 use std::time::Duration;
@@ -12,6 +15,18 @@ use crate::support::RedisServer;
 const WORKERS: usize = 3;
 const ROUNDS: usize = 15;
 const PERMITS: u32 = 2;
+
+/// The key sets of the third step: `lock_all` of two or three keys named
+/// in different orders, and plain locks.
+const KEY_SETS: [&[&str]; 7] = [
+    &["a", "b"],
+    &["c"],
+    &["b", "c", "a"],
+    &["b"],
+    &["c", "a"],
+    &["a"],
+    &["b", "c"],
+];
 
 #[tokio::test]
 async fn processes_share_a_semaphore_and_a_rw_lock() {
@@ -42,6 +57,7 @@ async fn processes_share_a_semaphore_and_a_rw_lock() {
     };
     assert_eq!(get("too-many"), 0, "more than {PERMITS} permit holders");
     assert_eq!(get("writer-with-others"), 0, "a writer held with someone");
+    assert_eq!(get("key-twice"), 0, "a lock key held by two at once");
     assert_eq!(get("rounds"), (WORKERS * ROUNDS * 2) as i64);
 }
 
@@ -123,6 +139,44 @@ async fn worker_process() {
                     .query_async(&mut conn)
                     .await
                     .unwrap();
+                guard.release().await.unwrap();
+
+                // lock_all of overlapping sets, or a plain lock of one key:
+                // count each key's holders.
+                let keys = KEY_SETS[(task * 3 + round) % KEY_SETS.len()];
+                let names: Vec<String> = keys.iter().map(|k| format!("proc-key:{k}")).collect();
+                let request = match names.as_slice() {
+                    [one] => client.lock(one.clone()),
+                    _ => client.lock_all(names.clone()),
+                };
+                let guard = request
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                for name in &names {
+                    let inside: i64 = redis::cmd("INCR")
+                        .arg(format!("{name}:inside"))
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    if inside != 1 {
+                        let _: () = redis::cmd("INCR")
+                            .arg("key-twice")
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                for name in &names {
+                    let _: () = redis::cmd("DECR")
+                        .arg(format!("{name}:inside"))
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
                 guard.release().await.unwrap();
                 let _: () = redis::cmd("INCRBY")
                     .arg("rounds")

@@ -34,6 +34,32 @@ async fn semaphore_layout_on_the_server() {
     );
 }
 
+/// A free permit's fencing token is the server clock and writes no fence
+/// key; a fence key ahead of the clock (a clock that was ahead) raises the
+/// token, free or not, and a raised token is written, so that the next
+/// free grant is above it too (semantic 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_grant_honours_a_fence_key_ahead_of_the_clock() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let fence_key = "leasehold:{ahead}:fence";
+    let first = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert!(first.fencing_token() > 0);
+    first.release().await.unwrap();
+    assert_eq!(server.cmd(&["EXISTS", fence_key]), redis::Value::Int(0));
+    let ahead: u64 = 9_000_000_000_000_000;
+    server.cmd(&["SET", fence_key, &ahead.to_string()]);
+    let one = client.semaphore("ahead", 2).acquire().await.unwrap();
+    let two = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert_eq!(one.fencing_token(), ahead + 1);
+    assert_eq!(two.fencing_token(), ahead + 2);
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+    let three = client.semaphore("ahead", 2).acquire().await.unwrap();
+    assert_eq!(three.fencing_token(), ahead + 3);
+    three.release().await.unwrap();
+}
+
 /// A waiter whose acquisition is dropped leaves the line at once, and the
 /// holder's later release names nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,4 +237,46 @@ async fn sentinel_family() {
     let both = client.lock_all(["s:1", "s:2"]).acquire().await.unwrap();
     assert!(client.lock("s:2").try_acquire().await.unwrap().is_none());
     both.release().await.unwrap();
+}
+
+/// On Cluster, keys whose names fall in one slot (`t:1` and `t:641`: slot
+/// 2276) are taken by `lock_all`'s one script: a waiter keeps a place in every line, and a
+/// later plain lock does not take its free key before it (first come,
+/// first served across its keys, as on one server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_lock_all_in_one_slot_is_not_overtaken() {
+    let cluster = RedisCluster::start(3);
+    let (a, b, c) = (
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+        LockClient::connect_cluster(cluster.urls()).await.unwrap(),
+    );
+    let plain = a.lock("t:641").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        b.lock_all(["t:1", "t:641"])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    // A hang guard, not a timing check: until the lock_all is in line.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while a
+        .inspect("t:641")
+        .await
+        .unwrap()
+        .map_or(0, |info| info.waiters)
+        != 1
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never in line");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        c.lock("t:1").try_acquire().await.unwrap().is_none(),
+        "a plain newcomer took t:1 before the waiting lock_all"
+    );
+    plain.release().await.unwrap();
+    let both = waiting.await.unwrap().unwrap();
+    assert!(c.lock("t:1").try_acquire().await.unwrap().is_none());
+    both.release().await.unwrap();
+    assert!(c.lock("t:1").try_acquire().await.unwrap().is_some());
 }

@@ -454,6 +454,7 @@ on_both_backends!(
     lock_all_holds_every_key_and_plain_locks_wait,
     opposite_order_lock_all_callers_both_finish,
     lock_all_waits_for_a_plain_holder_and_takes_all,
+    overlapping_lock_all_and_plain_locks_all_finish,
 );
 
 /// `lock_all` holds every key: plain locks of them wait while it holds
@@ -533,36 +534,121 @@ async fn opposite_order_lock_all_callers_both_finish(fx: Fixture) {
 }
 
 /// A plain holder of one key: `lock_all` waits, holding nothing (the other
-/// key stays free), and takes both once it is released.
+/// key stays free, but kept for it: first come, first served across its
+/// keys), and takes both once it is released, before a plain waiter and a
+/// `lock_all` that came after it on the other key.
 async fn lock_all_waits_for_a_plain_holder_and_takes_all(fx: Fixture) {
-    let (a, b) = (fx.client().await, fx.client().await);
+    let (a, b, c) = (fx.client().await, fx.client().await, fx.client().await);
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let plain = a.lock("y:2").acquire().await.expect("free");
-    let waiting = tokio::spawn(async move {
-        b.lock_all(["y:1", "y:2"])
-            .renew(true)
-            .ttl(Duration::from_millis(900))
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-            .expect("both once y:2 is free")
-    });
+    let waiting = {
+        let order = order.clone();
+        tokio::spawn(async move {
+            let both = b
+                .lock_all(["y:1", "y:2"])
+                .renew(true)
+                .ttl(Duration::from_millis(900))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("both once y:2 is free");
+            order.lock().unwrap().push("lock_all");
+            both
+        })
+    };
+    // In line for y:2, so in line for y:1 too (one call takes both places).
     until_in_line(&a, "y:2", 1).await;
-    // Holding nothing while it waits.
-    a.lock("y:1")
-        .acquire()
-        .await
-        .expect("y:1 is free")
-        .release()
-        .await
-        .expect("release");
+    assert!(
+        a.inspect("y:1").await.expect("inspect").is_none(),
+        "holding nothing while it waits"
+    );
+    // Newcomers on y:1, which is free: neither a plain lock nor another
+    // lock_all overtakes the waiter there.
+    assert!(
+        c.lock("y:1").try_acquire().await.expect("try").is_none(),
+        "a plain newcomer took y:1 before the waiting lock_all"
+    );
+    assert!(
+        c.lock_all(["y:1", "y:3"])
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "a later lock_all took y:1 before the waiting lock_all"
+    );
+    let late = {
+        let order = order.clone();
+        tokio::spawn(async move {
+            let got = c
+                .lock("y:1")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("y:1 after the lock_all");
+            order.lock().unwrap().push("late plain");
+            got.release().await.expect("release");
+        })
+    };
+    // Let it take its place behind the lock_all (inspect shows no line of
+    // a free key; the order below holds whenever it does).
+    tokio::time::sleep(Duration::from_millis(100)).await;
     plain.release().await.expect("release");
     let both = waiting.await.unwrap();
     // Renewed as one lease across its TTL.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert!(both.is_held());
-    assert!(a.lock("y:1").try_acquire().await.expect("try").is_none());
+    assert!(a.lock("y:2").try_acquire().await.expect("try").is_none());
     both.release().await.expect("release");
-    assert!(a.lock("y:1").try_acquire().await.expect("try").is_some());
+    late.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), vec!["lock_all", "late plain"]);
+    assert!(a.lock("y:2").try_acquire().await.expect("try").is_some());
+}
+
+/// Tasks of three clients mix `lock_all` on overlapping key sets (named in
+/// every order) with plain locks of each key: every one is served within
+/// its wait (no deadlock, nobody left behind), and no key is ever held by
+/// two at once.
+async fn overlapping_lock_all_and_plain_locks_all_finish(fx: Fixture) {
+    let held = Arc::new([AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)]);
+    let bad = Arc::new(AtomicU64::new(0));
+    let sets: [&[usize]; 7] = [&[0, 1], &[2, 1], &[1, 2, 0], &[0, 2], &[0], &[1], &[2]];
+    let mut tasks = Vec::new();
+    for c in 0..3 {
+        let client = fx.client().await;
+        for t in 0..6 {
+            let (client, held, bad) = (client.clone(), held.clone(), bad.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..4 {
+                    let keys = sets[(c * 6 + t + round) % sets.len()];
+                    let names: Vec<String> = keys.iter().map(|k| format!("o:{k}")).collect();
+                    let request = match names.as_slice() {
+                        [one] => client.lock(one.clone()),
+                        _ => client.lock_all(names),
+                    };
+                    let guard = request
+                        .ttl(Duration::from_secs(10))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("acquired within the wait budget");
+                    for &k in keys {
+                        if held[k].fetch_add(1, Ordering::SeqCst) != 0 {
+                            bad.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    for &k in keys {
+                        held[k].fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a task panicked or hung");
+    }
+    assert_eq!(bad.load(Ordering::SeqCst), 0, "a key held twice");
 }
 
 /// An operator's release takes every permit: each holder learns why at its

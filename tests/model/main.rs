@@ -521,6 +521,21 @@ fn lock_all_two_keys() {
             "lock_all holds both keys",
         ],
     );
+    // A lock_all caller and a plain lock of each key: the lock_all waits
+    // behind one plain holder with a place in both lines, and the other
+    // plain lock, arriving later, does not overtake it.
+    lock_all_model(
+        "lock_all, plain locks of both keys",
+        AllConfig {
+            clients: vec![Takes::Both, Takes::One(0), Takes::One(1)],
+            horizon: 1,
+            faults: 0,
+            client_faults: false,
+            key_losses: false,
+            liveness: true,
+        },
+        &["a lock_all waiter keeps a place in both lines"],
+    );
     // The faults with the lock_all caller and the plain lock alone (three
     // clients and two faults: 17 million states, the long run).
     lock_all_model(

@@ -436,10 +436,11 @@ fn floor_text(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "  {name}  pairs/s x raw: {}{library}\n      Redis CPU per pair, us: {}\n      client CPU per pair, us: {}",
+            "  {name}  pairs/s x raw: {}{library}\n      Redis CPU per pair, us: {}\n      client CPU per pair, us: {}\n      client heap allocations per pair: {}",
             ratios.join(", "),
             per_pair("server_us_per_pair"),
             per_pair("client_cpu_us_per_pair"),
+            per_pair("allocs_per_pair"),
         );
     }
     // S7's taking phase: the same 64 tasks taking fresh leases, no release.

@@ -99,16 +99,24 @@ pub fn cpu_time() -> Duration {
 
 /// The benchmark's global allocator: the system allocator, counting the
 /// bytes currently allocated, so that S7 can report how much memory each
-/// implementation keeps per held lease.
+/// implementation keeps per held lease, and the allocations made, so that
+/// S1, S2 and S6 can report them per acquire + release (a count, steadier
+/// than CPU time on a shared machine).
 pub struct Counting;
 
 static LIVE_BYTES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn counted() {
+    ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to the system allocator unchanged; the
 // counter is only arithmetic on the sizes it was given.
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         let p = unsafe { std::alloc::System.alloc(layout) };
+        counted();
         if !p.is_null() {
             LIVE_BYTES.fetch_add(layout.size() as i64, std::sync::atomic::Ordering::Relaxed);
         }
@@ -117,6 +125,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
         let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        counted();
         if !p.is_null() {
             LIVE_BYTES.fetch_add(layout.size() as i64, std::sync::atomic::Ordering::Relaxed);
         }
@@ -130,6 +139,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        counted();
         if !p.is_null() {
             LIVE_BYTES.fetch_add(
                 new_size as i64 - layout.size() as i64,
@@ -143,6 +153,11 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 /// Heap bytes allocated and not yet freed, process-wide.
 pub fn live_heap_bytes() -> i64 {
     LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Heap allocations (and reallocations) made so far, process-wide.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Resident memory of this process (`/proc/self/statm`), bytes; 0 if unknown.

@@ -10,7 +10,7 @@
 //! | Redis name | type | content |
 //! | --- | --- | --- |
 //! | `P{K}:lock` | hash, with expiry | the holders: owner token → `<kind><until>:<fence>`, where kind is `s` (semaphore permit), `r` (read share) or `w` (the writer), `until` the end of that holder's lease in server ms and `fence` its fencing token; the key's own expiry is the latest lease |
-//! | `P{K}:fence` | integer, with expiry | the last fencing token issued, as for a lock: each grant issues max(last + 1, server clock in µs) |
+//! | `P{K}:fence` | integer, with expiry | the last fencing token issued above the server clock: each grant issues the server clock in µs, raised to one above this key and above every live holder's token; only a raised token is written (the next grant's clock exceeds one that was not) |
 //! | `P{K}:line` | list, with expiry | the line of waiters' owner tokens, first come first served |
 //! | `P{K}:places` | hash, with expiry | each waiter's token → `<kind><until>`: its kind and until when (server ms) its place is kept |
 //! | `P{K}:released` | pub/sub channel | `next:<token>` when the waiter named may go now |
@@ -29,6 +29,10 @@
 //!   there is a permit for everyone in line and for it);
 //! - a read share: no writer holds it and no writer waits before it;
 //! - the write side: nobody holds it and nobody waits before it.
+//!
+//! A free grant (no holders key, no line key, no fence key) is the acquire
+//! script's first branch: `TIME`, `EXISTS`, `HSET`, `PEXPIRE`, and a release that leaves neither key stops after `HDEL` and
+//! `EXISTS`: nothing to drop, nobody to pass over or to tell.
 //!
 //! A release names the first in line when it may go; each grant names the
 //! next one if it may go too (the next reader after a writer, the next

@@ -102,6 +102,16 @@ impl Table {
         }
     }
 
+    /// Until when `token`'s place in `line` is kept (lapsed or not), if it
+    /// has one.
+    fn place_of(&self, line_key: &str, token: &str) -> Option<Instant> {
+        self.lines
+            .get(line_key)?
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|&(_, kept)| kept)
+    }
+
     fn leave_line(&mut self, line_key: &str, token: &str) -> bool {
         let Some(line) = self.lines.get_mut(line_key) else {
             return false;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{Ctx, TTL, commandstats, commandstats_diff};
 use crate::adapters::{Adapter, Kind, Res, Settings};
 use crate::report::{Record, Row, Value};
-use crate::stats::{Samples, cpu_time, rate};
+use crate::stats::{Samples, allocations, cpu_time, rate};
 use crate::support::RedisServer;
 
 /// Pairs done by `tasks` tasks for `window`, each on its own fresh keys.
@@ -17,6 +17,9 @@ pub struct Pairs {
     pub acquire: Samples,
     /// Client CPU time (user + system) per pair, µs.
     pub client_cpu_us: f64,
+    /// Heap allocations per pair, the whole client process (its runtime,
+    /// the connection, the library; the bench's own few per pair too).
+    pub allocs: f64,
     /// Server CPU time per pair (`INFO cpu`, main thread, over `servers`), µs.
     pub server_us: f64,
     /// Commands the servers ran per pair (scripts' inner commands included).
@@ -41,8 +44,10 @@ pub async fn pairs(
     let before: Vec<_> = servers.iter().map(|s| commandstats(s)).collect();
     let cpu_before: Vec<f64> = servers.iter().map(|s| server_cpu_s(s)).collect();
     let cpu = cpu_time();
+    let allocated = allocations();
     let mut p = run_pairs(adapter, tasks, window, prefix).await?;
     let cpu = cpu_time().saturating_sub(cpu);
+    let allocated = allocations().saturating_sub(allocated);
     let mut calls = 0u64;
     let mut by_command = std::collections::BTreeMap::<String, (u64, u64)>::new();
     for (server, before) in servers.iter().zip(&before) {
@@ -76,6 +81,7 @@ pub async fn pairs(
         .collect::<Vec<_>>()
         .join(",");
     p.client_cpu_us = cpu.as_secs_f64() * 1e6 / n;
+    p.allocs = allocated as f64 / n;
     p.server_us = server_cpu * 1e6 / n;
     p.server_calls = calls as f64 / n;
     Ok(p)
@@ -143,6 +149,7 @@ async fn run_pairs(
         elapsed: start.elapsed(),
         acquire,
         client_cpu_us: f64::NAN,
+        allocs: f64::NAN,
         server_us: f64::NAN,
         server_calls: f64::NAN,
         server_top: String::new(),
@@ -189,6 +196,7 @@ pub async fn pairs_row(
             )
             .with("tasks", Value::I(tasks as i64))
             .with("client_cpu_us_per_pair", Value::F(p.client_cpu_us))
+            .with("allocs_per_pair", Value::F(p.allocs))
             .with("server_us_per_pair", Value::F(p.server_us))
             .with("server_cmds_per_pair", Value::F(p.server_calls))
             .with("server_top", Value::S(p.server_top.clone())),
@@ -233,6 +241,7 @@ pub async fn s6(ctx: &Ctx, scenario: &str, kind: Kind, nodes: usize, rep: usize)
             )
             .with("nodes", Value::I(nodes as i64))
             .with("client_cpu_us_per_pair", Value::F(p.client_cpu_us))
+            .with("allocs_per_pair", Value::F(p.allocs))
             .with("server_us_per_pair", Value::F(p.server_us))
             .with("server_cmds_per_pair", Value::F(p.server_calls))
             .with("server_top", Value::S(p.server_top.clone())),

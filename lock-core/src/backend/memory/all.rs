@@ -1,7 +1,7 @@
 //! `lock_all` in memory: several plain locks at once or none, with the
 //! rules of `scripts/lock_all.lua`: each key free and nobody in its line
-//! before the caller; a waiter stands in the line of the first key that is
-//! not free for it, holding nothing meanwhile.
+//! before the caller; a waiter keeps a place in the line of every key,
+//! all taken at once, holding nothing meanwhile.
 
 use std::time::Duration;
 
@@ -23,7 +23,12 @@ impl MemoryBackend {
     ) -> Result<Acquired, LockError> {
         let now = Instant::now();
         let mut table = self.table();
-        let mut blocked = None;
+        // Each key not free for us, and how long until the last of them
+        // may be.
+        let mut blocked = false;
+        let mut sleep = Duration::ZERO;
+        // Our places, and those still kept.
+        let (mut present, mut live) = (0, 0);
         for keys in &all.keys {
             if table.family_held(&keys.lock, now) {
                 return Err(LockError::WrongType {
@@ -38,23 +43,29 @@ impl MemoryBackend {
                 (Some((first, kept)), None) if first != token => Some(*kept - now),
                 (_, None) => None,
             };
-            if let Some(sleep) = busy_for {
-                blocked = Some((keys, sleep));
-                break;
+            if let Some(wait) = busy_for {
+                blocked = true;
+                sleep = sleep.max(wait);
+            }
+            if let Some(kept) = table.place_of(&keys.line, token) {
+                present += 1;
+                if kept > now {
+                    live += 1;
+                }
             }
         }
-        if let Some((blocking, sleep)) = blocked {
-            // Give back every other key still ours (a grant whose reply was
-            // lost, retried after one of its keys alone was taken from it by
-            // a force_release and given to another: nothing is held while
-            // waiting) and leave every other
-            // line; where that makes a waiter first of a free lock, tell it
-            // (after the table is let go).
+        if blocked {
+            // Give back every key still ours (a grant whose reply was lost,
+            // retried after one of its keys alone was taken from it by a
+            // force_release and given to another: nothing is held while
+            // waiting). Without a wait, or with a place lapsed or lost in
+            // some line, leave every line to join them all again at the
+            // back, so that the places kept stand for one arrival; where
+            // that makes a waiter first of a free lock, tell it (after the
+            // table is let go).
+            let rejoin = !in_line || (present > 0 && live < all.keys.len());
             let mut told = Vec::new();
             for keys in &all.keys {
-                if keys.lock == blocking.lock {
-                    continue;
-                }
                 let held = table
                     .live(&keys.lock, now)
                     .is_some_and(|entry| entry.token == token);
@@ -62,16 +73,21 @@ impl MemoryBackend {
                     table.locks.remove(&keys.lock);
                 }
                 let was_first = table.head(&keys.line, now).is_some_and(|(t, _)| t == token);
-                let left = table.leave_line(&keys.line, token);
+                let left = rejoin && table.leave_line(&keys.line, token);
                 if (held || (left && was_first))
                     && table.live(&keys.lock, now).is_none()
                     && let Some((next, _)) = table.head(&keys.line, now)
+                    && next != token
                 {
                     told.push((keys.channel.clone(), next));
                 }
             }
+            // With a wait, a place in every line (first come, first served
+            // across the keys, see `scripts/lock_all.lua`).
             if in_line {
-                table.wait_in_line(&blocking.line, token, now, sleep);
+                for keys in &all.keys {
+                    table.wait_in_line(&keys.line, token, now, sleep);
+                }
             }
             drop(table);
             for (channel, next) in told {

@@ -27,17 +27,18 @@ impl<T: Topology> RedisBackend<T> {
         attempt: Attempt<'_>,
     ) -> Result<Acquired, ScriptError> {
         let (keys, token, ttl, in_line) = attempt.parts();
-        scripts::family_acquire(con, keys, token, ttl, in_line, self.topology.publish()).await
+        let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
+        scripts::family_acquire(con, keys, token, ttl, in_line, publish, one_server).await
     }
 
     /// Give back a permit or a rw-lock side; this client's own waiters hear
     /// it at once.
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let (keys, token, keep, _) = release.parts();
-        let publish = self.topology.publish();
+        let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
         let released = self
             .call(|mut con| async move {
-                scripts::family_release(&mut con, keys, token, keep, publish).await
+                scripts::family_release(&mut con, keys, token, keep, publish, one_server).await
             })
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
@@ -66,7 +67,11 @@ impl<T: Topology> RedisBackend<T> {
     /// (always on one server), else key by key (Cluster): each taken in
     /// sorted order by the lock's own script, and every one taken given back
     /// as soon as one is busy, so that nothing is held while waiting; the
-    /// caller keeps a place only in the busy key's line.
+    /// caller keeps a place only in the busy key's line. (Across slots,
+    /// first come first served holds per key only: places taken key by key
+    /// could stand in different orders in two lines, and two such waiters
+    /// would each keep its turn from the other. In one slot the script takes
+    /// every place at once.)
     pub(super) async fn lock_all_attempt(
         &self,
         con: &mut T::Conn,

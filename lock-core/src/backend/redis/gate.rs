@@ -34,6 +34,7 @@
 //! Read with `INFO` (not `CONFIG GET`, which managed services often disable).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -76,11 +77,15 @@ struct State {
     run_id: Option<String>,
     /// No grants at all before this instant (the restart grace).
     young_until: Option<Instant>,
-    /// Per key: the leases asked for that could still run (see the module
-    /// docs), as (lease, last asked).
-    asks: HashMap<String, Vec<(Duration, Instant)>>,
-    /// Keys asked for before a change, each closed until then, and why.
-    closed: HashMap<String, (Instant, LostCause)>,
+    /// Per key (by its [`KeyHash`]): the leases asked for that could still
+    /// run (see the module docs).
+    asks: HashMap<u64, Asks, KeyHash>,
+    /// Keys asked for before a change (by their [`KeyHash`]), each closed
+    /// until then, and why.
+    closed: HashMap<u64, (Instant, LostCause), KeyHash>,
+    /// Hashes keys for `asks` and `closed` (keyed per gate, so that key
+    /// names cannot be chosen to collide).
+    hasher: RandomState,
     /// Until when releases leave the survival mark: as long as clients
     /// that saw the last change may keep a key closed.
     mark_until: Option<Instant>,
@@ -146,7 +151,8 @@ impl Gate {
         if let Some(refused) = &state.refused {
             return Err(refused.clone().with_key(key));
         }
-        state.remember(key, ttl, now);
+        let hash = state.hash(key);
+        state.remember(hash, ttl, now);
         if let Some(until) = state.young_until {
             if now < until {
                 let reason = format!(
@@ -160,11 +166,11 @@ impl Gate {
         if !self.any_closed.load(Ordering::Acquire) {
             return Ok(Admission::Open);
         }
-        let Some(&(until, cause)) = state.closed.get(key) else {
+        let Some(&(until, cause)) = state.closed.get(&hash) else {
             return Ok(Admission::Open);
         };
         if now >= until {
-            state.open(key);
+            state.closed.remove(&hash);
             self.flag(&state);
             return Ok(Admission::Open);
         }
@@ -186,10 +192,11 @@ impl Gate {
         let now = Instant::now();
         let mut state = self.state();
         for (key, ttl) in leases {
+            let hash = state.hash(key);
             if !ttl.is_zero() {
-                state.remember(key, ttl, now);
+                state.remember(hash, ttl, now);
             }
-            state.open(key);
+            state.closed.remove(&hash);
         }
         self.flag(&state);
     }
@@ -219,7 +226,8 @@ impl Gate {
             return;
         }
         let mut state = self.state();
-        state.open(key);
+        let hash = state.hash(key);
+        state.closed.remove(&hash);
         self.flag(&state);
     }
 
@@ -441,40 +449,37 @@ impl Gate {
 }
 
 impl State {
-    /// Remember that `key` was asked for with a lease of `ttl` at `now`.
-    fn remember(&mut self, key: &str, ttl: Duration, now: Instant) {
-        if let Some(asks) = self.asks.get_mut(key) {
-            match asks.iter_mut().find(|(lease, _)| *lease == ttl) {
-                Some((_, at)) => *at = now,
-                None => asks.push((ttl, now)),
-            }
+    /// `key`'s hash in `asks` and `closed`. Two keys with one hash (about
+    /// one chance in 2^64 per pair) share their asks: a restart may then
+    /// close one of them longer than its own leases need, never shorter.
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Remember that the key hashed `hash` was asked for with a lease of
+    /// `ttl` at `now`.
+    fn remember(&mut self, hash: u64, ttl: Duration, now: Instant) {
+        if let Some(asks) = self.asks.get_mut(&hash) {
+            asks.ask(ttl, now);
             return;
         }
         if self.asks.len() >= self.sweep_at {
             // Forget the asks whose leases have run out: they cannot be
             // held unseen by anyone now.
-            self.asks.retain(|_, asks| {
-                asks.retain(|&(lease, at)| at + lease > now);
-                !asks.is_empty()
-            });
+            self.asks.retain(|_, asks| asks.running(now));
             self.sweep_at = (self.asks.len() * 2).max(SWEEP_AT);
         }
-        self.asks.insert(key.to_owned(), vec![(ttl, now)]);
+        self.asks.insert(hash, Asks::One((ttl, now)));
     }
 
     /// A change at `now`: close every key asked for with a lease that could
     /// still run, until that lease could have run out counted from now.
     /// Returns how many keys are closed.
     fn close_asked(&mut self, now: Instant, cause: LostCause) -> usize {
-        for (key, asks) in &self.asks {
-            let longest = asks
-                .iter()
-                .filter(|&&(lease, at)| at + lease > now)
-                .map(|&(lease, _)| lease)
-                .max();
-            if let Some(lease) = longest {
+        for (&hash, asks) in &self.asks {
+            if let Some(lease) = asks.longest_running(now) {
                 let until = now + lease;
-                let entry = self.closed.entry(key.clone()).or_insert((until, cause));
+                let entry = self.closed.entry(hash).or_insert((until, cause));
                 if entry.0 < until {
                     *entry = (until, cause);
                 }
@@ -487,11 +492,77 @@ impl State {
         }
         self.closed.len()
     }
+}
 
-    fn open(&mut self, key: &str) {
-        self.closed.remove(key);
+/// The leases one key was asked for, each with when it was last asked:
+/// almost always one lease length per key, kept without a heap allocation.
+enum Asks {
+    One((Duration, Instant)),
+    Many(Vec<(Duration, Instant)>),
+}
+
+impl Asks {
+    fn ask(&mut self, ttl: Duration, now: Instant) {
+        match self {
+            Asks::One((lease, at)) if *lease == ttl => *at = now,
+            Asks::One(first) => *self = Asks::Many(vec![*first, (ttl, now)]),
+            Asks::Many(asks) => match asks.iter_mut().find(|(lease, _)| *lease == ttl) {
+                Some((_, at)) => *at = now,
+                None => asks.push((ttl, now)),
+            },
+        }
+    }
+
+    fn all(&self) -> &[(Duration, Instant)] {
+        match self {
+            Asks::One(ask) => std::slice::from_ref(ask),
+            Asks::Many(asks) => asks,
+        }
+    }
+
+    /// The longest of these leases that could still run at `now`.
+    fn longest_running(&self, now: Instant) -> Option<Duration> {
+        self.all()
+            .iter()
+            .filter(|&&(lease, at)| at + lease > now)
+            .map(|&(lease, _)| lease)
+            .max()
+    }
+
+    /// Forget the leases that ran out by `now`; false when none is left.
+    fn running(&mut self, now: Instant) -> bool {
+        match self {
+            Asks::One((lease, at)) => *at + *lease > now,
+            Asks::Many(asks) => {
+                asks.retain(|&(lease, at)| at + lease > now);
+                !asks.is_empty()
+            }
+        }
     }
 }
+
+/// The hasher of maps whose keys are already hashes (`State::hash`).
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; fold anything else in, to stay correct.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type KeyHash = BuildHasherDefault<Prehashed>;
 
 fn later(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.max(b)))
@@ -649,6 +720,28 @@ mod tests {
             Ok(Admission::Check(_))
         ));
         tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_asked_with_two_leases_is_closed_by_the_one_still_running() {
+        let gate = Gate::new("redis://h", GateSettings::default());
+        restarted(&gate, "a");
+        assert_eq!(
+            gate.admit("k", Duration::from_secs(30)),
+            Ok(Admission::Open)
+        );
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // The 30 s lease has just run out; the 2 s one runs another second:
+        // closed for its 2 s, not for 30.
+        restarted(&gate, "b");
+        let Ok(Admission::Check(error)) = gate.admit("k", Duration::from_secs(2)) else {
+            panic!("the key asked for 2 s a second before the restart must be closed");
+        };
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
     }
 

@@ -12,6 +12,13 @@
 -- ARGV[5]  the release channel (same hash tag)
 -- ARGV[6]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
+-- Compact form, one server only (not Cluster): KEYS[1] and ARGV[1..4]
+-- alone; the line, the places and the channel are named from KEYS[1]
+-- (`…:lock` → `…:line`, `…:places`, `…:released`), announced with PUBLISH.
+--
+-- Nobody else holds it and nobody waits (after the HDEL neither KEYS[1]
+-- nor the line exists): TIME, HGET, HDEL and EXISTS, nothing more.
+--
 -- Returns next  (a string) released, and next (first in line) may go now:
 --               it was told `next:<token>`
 --         1     released (nobody in line may go yet, or a keep)
@@ -19,6 +26,11 @@
 --         -1    wrong type
 
 local token, kind = ARGV[1], ARGV[2]
+local base = string.sub(KEYS[1], 1, -6)
+local line_key = KEYS[2] or base .. ':line'
+local places_key = KEYS[3] or base .. ':places'
+local channel = ARGV[5] or base .. ':released'
+local publish = ARGV[6] or 'PUBLISH'
 local now = clock_ms()
 local mine = typed('HGET', KEYS[1], token)
 if type(mine) == 'table' then
@@ -35,6 +47,10 @@ if keep > 0 then
   return 1
 end
 redis.call('HDEL', KEYS[1], token)
+-- Nobody else holds it (an emptied hash is no key) and nobody waits: done.
+if redis.call('EXISTS', KEYS[1], line_key) == 0 then
+  return 1
+end
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then
   return -1
@@ -42,10 +58,10 @@ end
 if #holders == 0 then
   redis.call('DEL', KEYS[1])
 end
-local line = live_line(KEYS[2], KEYS[3], kind, now)
+local line = live_line(line_key, places_key, kind, now)
 local next = line and line[1]
 if next and may_go(next[2], 1, holders, line, tonumber(ARGV[4])) then
-  redis.call(ARGV[6], ARGV[5], 'next:' .. next[1])
+  redis.call(publish, channel, 'next:' .. next[1])
   return next[1]
 end
 return 1

@@ -9,16 +9,35 @@
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  the lease length in ms
 -- ARGV[3]  how long a fence key outlives an acquisition, in ms
--- ARGV[4]  0: one try; > 0: wait in line (at the first key that is not
---          free for the caller), keeping the place this many ms longer than
---          the caller will sleep
+-- ARGV[4]  0: one try; > 0: wait in line (in every key's line), keeping
+--          the places this many ms longer than the caller will sleep
 -- ARGV[5]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 -- ARGV[5 + i]  the i-th key's release channel
 --
--- A caller waits in one line at a time: the line of the first key that is
--- not free for it. It holds nothing while it waits (no hold-and-wait, so no
--- deadlock whatever order callers name their keys in), and leaves the
--- other keys' lines, telling the next in line if that makes it first.
+-- First come, first served across all the keys: a waiting caller keeps a
+-- place in the line of every one of its keys, all taken in this one call
+-- (so at one instant), and renewed together. A key is granted only to the
+-- first in its line (acquire.lua, and this script for each key), so a
+-- later arrival, plain lock or lock_all, never overtakes the caller on any
+-- of its keys. The caller keeps its turn on a key whose line it leads while
+-- another of its keys is busy (the key stays free but kept for it: the
+-- cost of first come first served, as for a writer that waits before
+-- readers).
+--
+-- No deadlock among callers that hold nothing while they wait: lines only
+-- grow at the back, and a lock_all's places all join their lines in one
+-- call, so any two waiters that share lines stand in the same order in
+-- every one of them (the one that came first is before the other). A
+-- waiter only waits for holders (whose leases end) and for waiters before
+-- it in its lines, which came earlier: the earliest waiter waits for
+-- holders alone, and is served when they are gone. A caller whose place
+-- lapsed in some line (it came back late, or the place was dropped) leaves
+-- every line and joins them all again at the back, so its places keep one
+-- arrival. (The sorted order of the keys makes the calls the same for every
+-- caller; it is not what prevents the deadlock, the single call is.)
+--
+-- Places are written in the plain format (until when, in server ms):
+-- a lock_all waiter is never handed a single key by a release.
 --
 -- Returns {fence1, ..., fencen}  (strings) all taken, or already ours
 --         ms        (an integer) not now; look again within ms (-1: no
@@ -28,6 +47,7 @@
 local token = ARGV[1]
 local n = #KEYS / 4
 local publish = ARGV[5]
+local grace = tonumber(ARGV[4])
 
 local clock
 local function now_ms()
@@ -60,10 +80,11 @@ local function head_of(i)
   return head or false
 end
 
--- Look at every key: the first one that is not free for us, and when to
--- look again.
-local blocked, sleep = nil, -1
+-- Look at every key: which are not free for us, and how long until the
+-- last of them may be (-1: unknown).
+local blocked, sleep, unknown = false, 0, false
 local ours = {}
+local present, live = 0, 0 -- our places, and those still kept
 for i = 1, n do
   local lock = KEYS[4 * i - 3]
   local holder = typed('GET', lock)
@@ -75,15 +96,33 @@ for i = 1, n do
     return head
   end
   local value = unmarked(holder)
+  local wait
   if value == token then
     ours[i] = true
   elseif holder then
-    blocked, sleep = i, redis.call('PTTL', lock)
-    break
+    wait = redis.call('PTTL', lock)
   elseif head and head ~= token then
-    blocked = i
-    sleep = tonumber(redis.call('HGET', KEYS[4 * i], head)) - now_ms()
-    break
+    wait = tonumber(redis.call('HGET', KEYS[4 * i], head)) - now_ms()
+  end
+  if wait then
+    blocked = true
+    if wait < 0 then
+      unknown = true
+    else
+      sleep = math.max(sleep, wait)
+    end
+  end
+  if grace > 0 then
+    local kept = typed('HGET', KEYS[4 * i], token)
+    if type(kept) == 'table' then
+      return {-1, 4 * i}
+    end
+    if kept then
+      present = present + 1
+      if tonumber(kept) > now_ms() then
+        live = live + 1
+      end
+    end
   end
 end
 
@@ -128,49 +167,62 @@ if not blocked then
   end
   return fences
 end
-
--- Not now. Give back every other key still ours (a grant whose reply was
--- lost, retried after one of its keys alone was taken from it, e.g. by an
--- operator's force_release, and given to another: the caller believes it
--- holds nothing, and must not, while it waits), leave
--- every other line (telling the new first in line when the lock there is
--- free), and with a wait, keep a place in the blocking key's.
-for i = 1, n do
-  if i ~= blocked then
-    local lock, line, places = KEYS[4 * i - 3], KEYS[4 * i - 1], KEYS[4 * i]
-    local holder = typed('GET', lock)
-    local held = type(holder) == 'string' and unmarked(holder) == token
-    if held then
-      redis.call('DEL', lock)
-    end
-    local was_first = false
-    if typed('HDEL', places, token) == 1 then
-      was_first = redis.call('LINDEX', line, '0') == token
-      redis.call('LREM', line, 1, token)
-    end
-    local next = redis.call('LINDEX', line, '0')
-    if (held or was_first) and next and redis.call('EXISTS', lock) == 0 then
-      redis.call(publish, ARGV[5 + i], 'next:' .. next)
-    end
-  end
+if unknown then
+  sleep = -1
 end
-local grace = tonumber(ARGV[4])
-if grace > 0 then
-  local i = blocked
-  local lock, fence_key, line, places = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local counter = typed('GET', fence_key)
-  local value, counter_marked = unmarked(counter)
+
+-- With a wait, check the fence keys before changing anything.
+for i = 1, grace > 0 and n or 0 do
+  local counter = typed('GET', KEYS[4 * i - 2])
+  local value = unmarked(counter)
   if type(counter) == 'table' or (value and not tonumber(value)) then
     return {-1, 4 * i - 2}
   end
-  local keep = math.max(sleep, 0) + grace
-  if redis.call('HSET', places, token, now_ms() + keep) == 1 then
+end
+
+-- Not now. Give back every key still ours (a grant whose reply was lost,
+-- retried after one of its keys alone was taken from it, e.g. by an
+-- operator's force_release, and given to another: the caller believes it
+-- holds nothing, and must not, while it waits). Without a wait, or with
+-- a place lapsed or lost in some line, leave every line (telling the new
+-- first in line when the lock there is free), to join them all again at
+-- the back: our places always stand for one arrival.
+local rejoin = grace == 0 or (present > 0 and live < n)
+for i = 1, n do
+  local lock, line, places = KEYS[4 * i - 3], KEYS[4 * i - 1], KEYS[4 * i]
+  local held = false
+  if ours[i] then
+    redis.call('DEL', lock)
+    held = true
+  end
+  local was_first = false
+  if rejoin and redis.call('HDEL', places, token) == 1 then
+    was_first = redis.call('LINDEX', line, '0') == token
+    redis.call('LREM', line, 1, token)
+  end
+  local next = redis.call('LINDEX', line, '0')
+  if (held or was_first) and next and next ~= token and redis.call('EXISTS', lock) == 0 then
+    redis.call(publish, ARGV[5 + i], 'next:' .. next)
+  end
+end
+if grace == 0 then
+  return sleep
+end
+
+-- Keep (or take) a place in every line, and the line markers (see
+-- acquire.lua) on each key.
+local keep = math.max(sleep, 0) + grace
+local until_ms = now_ms() + keep
+for i = 1, n do
+  local lock, fence_key, line, places = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  if redis.call('HSET', places, token, until_ms) == 1 then
     redis.call('RPUSH', line, token)
   end
   if redis.call('PTTL', line) < keep then
     redis.call('PEXPIRE', line, keep)
     redis.call('PEXPIRE', places, keep)
   end
+  local value, counter_marked = unmarked(redis.call('GET', fence_key))
   local life = redis.call('PTTL', fence_key)
   if not counter_marked or (life >= 0 and life < keep) then
     if life == -1 then

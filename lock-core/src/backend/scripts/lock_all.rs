@@ -21,8 +21,9 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
 /// Take every lock of `all` for `ttl` if each is free and nobody waits
 /// before `token` in its line; with `in_line`, a busy reply keeps (or
-/// takes) `token`'s place in the line of the first key not free for it. A
-/// grant's fencing tokens are recorded in `all`, the first is returned.
+/// takes) `token`'s place in the line of every key, all at once (first
+/// come, first served across the keys). A grant's fencing tokens are
+/// recorded in `all`, the first is returned.
 pub(crate) async fn lock_all<C: ConnectionLike>(
     con: &mut C,
     all: &AllKeys,
