@@ -328,13 +328,26 @@ impl LockRequest {
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
         let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
+        let drift = self.client.backend.drift(self.ttl).min(self.ttl);
         loop {
+            // Handed the lock by a release: ours without asking, if its
+            // lease has not run out meanwhile and the gate admits it (else
+            // the next attempt finds it ours, or not, or reports the
+            // refusal). Not with a replica sync: `WAIT` counts the writes
+            // of this client's connection, and the grant was written by the
+            // releaser's; the next attempt's renewal of the lease is one.
+            if let Some((fence, granted_at)) = waiter.take_grant().filter(|_| self.replicas == 0)
+                && granted_at + self.ttl - drift > Instant::now()
+                && waiter.admit_grant(self.ttl).await.is_ok()
+            {
+                return Ok((fence, granted_at));
+            }
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
             let armed = waiter.arm();
             let sent_at = Instant::now();
             observed.attempt();
-            let sleep_for = match waiter.attempt(self.ttl, in_line).await {
+            let sleep_for = match waiter.attempt(self.ttl, in_line, sent_at).await {
                 Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),
                 Ok(Acquired::Busy { expires_in }) => {
                     observed.busy(in_line);

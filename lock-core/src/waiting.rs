@@ -9,8 +9,14 @@
 //! release announcements; it then alternates between one attempt and a sleep
 //! that ends at whichever comes first:
 //!
-//! - its turn: a release names the first in line (`next:<token>`), and only
-//!   that waiter is woken, in whichever client it lives; on Redlock, which
+//! - its turn: a release hands the lock straight to the first in line
+//!   (`grant:…`, when its place carries its lease length: see
+//!   `release.lua`), and that waiter has it without another round trip,
+//!   valid from its last attempt's sending plus the server time from that
+//!   attempt to the grant; or a release names the first in line
+//!   (`next:<token>`), and only that waiter is woken to try, in whichever
+//!   client it lives; if the grant's announcement is lost, the waiter's next
+//!   attempt (at the latest when its sleep ends) finds the lock its own; on Redlock, which
 //!   keeps no line, every release is announced (`free:<token>`) and the
 //!   client's first local waiter is woken. A release that nobody waits for
 //!   in line announces nothing (no `PUBLISH`). Releases
@@ -60,6 +66,9 @@ pub(crate) struct Waiter<'a> {
     listening: bool,
     /// The lock is ours and handed to a lease: nothing to clean up.
     done: bool,
+    /// When it started: its attempts are named by their sending, in µs
+    /// since (a release that hands the lock on names one).
+    started: Instant,
 }
 
 impl<'a> Waiter<'a> {
@@ -72,15 +81,20 @@ impl<'a> Waiter<'a> {
             wakeup: None,
             listening: false,
             done: false,
+            started: Instant::now(),
         }
     }
 
-    /// One attempt; with `in_line`, a busy reply keeps our place in line.
+    /// One attempt, sent at `sent_at`; with `in_line`, a busy reply keeps
+    /// our place in line.
     pub(crate) async fn attempt(
         &mut self,
         ttl: Duration,
         in_line: bool,
+        sent_at: Instant,
     ) -> Result<Acquired, LockError> {
+        let sent_us = u64::try_from(sent_at.saturating_duration_since(self.started).as_micros())
+            .unwrap_or(u64::MAX);
         // Set before sending: dropped before the reply, the attempt may
         // have taken the lock or a place.
         self.traces = true;
@@ -94,6 +108,7 @@ impl<'a> Waiter<'a> {
                 fence_floor: None,
                 fast: !self.is_listening(),
                 after_fast: self.is_listening(),
+                sent_us,
             })
             .await;
         if matches!(reply, Ok(Acquired::Busy { .. }))
@@ -160,6 +175,22 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// The lock a release handed to this waiter (`grant:`) since it last
+    /// looked, if one did: its fencing token, and the earliest instant here
+    /// the grant may have happened (its lease counts from then).
+    pub(crate) fn take_grant(&self) -> Option<(u64, Instant)> {
+        self.wakeup.as_ref()?;
+        let grant = (self.backend.wakeups()).take_grant(&self.keys.channel, self.token)?;
+        let sent = (self.started).checked_add(Duration::from_micros(grant.attempt_sent_us))?;
+        Some((grant.fence, granted_at(sent, grant.since_attempt_ms)))
+    }
+
+    /// Whether a lock handed to this waiter may be taken as granted now
+    /// (the gate's rules, as for an attempt's grant).
+    pub(crate) async fn admit_grant(&self, ttl: Duration) -> Result<(), LockError> {
+        self.backend.admit_grant(self.keys, ttl).await
+    }
+
     /// The lock is ours and held by a lease: leave quietly.
     pub(crate) fn done(mut self) {
         self.done = true;
@@ -185,6 +216,21 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// The earliest local instant a lock handed to a waiter may have been
+/// granted (SPEC semantic 3): the attempt its place was last written by was
+/// sent at `sent`, the server ran it and, `since_ms` of server time later,
+/// the grant; so the grant was no earlier than `sent + since_ms` here (and
+/// never later than now).
+fn granted_at(sent: Instant, since_ms: i64) -> Instant {
+    let since = Duration::from_millis(since_ms.unsigned_abs());
+    let at = if since_ms >= 0 {
+        sent.checked_add(since).unwrap_or(sent)
+    } else {
+        sent.checked_sub(since).unwrap_or(sent)
+    };
+    at.min(Instant::now())
+}
+
 /// The keys of a `lock_all` after its first (whose names `keys` are); none
 /// for any other request.
 fn others(keys: &LockKeys) -> impl Iterator<Item = &LockKeys> {
@@ -193,4 +239,25 @@ fn others(keys: &LockKeys) -> impl Iterator<Item = &LockKeys> {
         _ => &[],
     };
     rest.iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handed_grant_counts_from_the_named_attempt_plus_the_server_time() {
+        let now = Instant::now();
+        let sent = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        let waited = now.duration_since(sent);
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(0);
+        // 200 ms of server time from the attempt to the grant.
+        if waited >= Duration::from_millis(200) {
+            assert_eq!(granted_at(sent, 200), sent + Duration::from_millis(200));
+        }
+        // Never later than now (a server clock running fast).
+        assert!(granted_at(sent, ms(waited) + 60_000) <= Instant::now());
+        // A server clock that stepped back: earlier, not later.
+        assert!(granted_at(sent, -5) <= sent);
+    }
 }

@@ -62,7 +62,8 @@ pub fn lock_all(
     let (mut present, mut live) = (0, 0);
     for i in 0..2 {
         let holder = s[i].lock;
-        let head = s[i].first_in_line(token, now);
+        // (lock_all.lua drops lapsed places, not their `~` fields.)
+        let head = s[i].first_kept(token, now, false);
         let wait = match holder {
             Some(l) if l.owner == token => {
                 ours[i] = true;
@@ -160,9 +161,10 @@ pub fn lock_all(
     }
     if in_line {
         // A place in every line, all at once: first come, first served
-        // across the keys.
+        // across the keys (lock_all.lua writes no `~` field: its places
+        // are only woken).
         for key in s.iter_mut() {
-            key.wait_in_line(token, now, sleep);
+            key.wait_in_line(token, now, sleep, None);
             key.tidy();
         }
     }
@@ -278,7 +280,11 @@ impl LockAll {
             Takes::Both => lock_all(&mut w.keys, token, true, now, floor),
             Takes::One(k) => {
                 let k = usize::from(k);
-                let (reply, effects) = w.keys[k].acquire(token, true, now, floor, false);
+                let sent = match w.clients[usize::from(c)].phase {
+                    AllPhase::Acquiring { sent, .. } => sent,
+                    _ => now,
+                };
+                let (reply, effects) = w.keys[k].acquire(token, true, now, floor, false, sent);
                 let told = effects.announced.map(|t| (k, t)).into_iter().collect();
                 let reply = match reply {
                     AcqReply::Granted(f) => {
@@ -508,8 +514,22 @@ impl Model for LockAll {
                     }
                     AllPhase::Releasing { .. } => {
                         for &k in &keys {
-                            let (_, effects) = w.keys[k].release(token, now, None);
+                            let floor = w.clock;
+                            let (_, effects) = w.keys[k].release(token, now, None, floor);
                             if let Some(next) = effects.announced {
+                                Self::notify(&mut w, next);
+                            }
+                            // Handed to a plain waiter: a new fence. Its
+                            // client wakes and tries: the attempt finds the
+                            // lock its own (the grant's message is not
+                            // modelled here: the lock model has it).
+                            if let Some((next, fence, ..)) = effects.granted {
+                                w.clock += 1;
+                                if fence <= w.max_issued[k] {
+                                    w.fence_bad = true;
+                                }
+                                w.max_issued[k] = fence;
+                                w.clients[usize::from(next.client)].lost = false;
                                 Self::notify(&mut w, next);
                             }
                         }

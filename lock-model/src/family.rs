@@ -1123,7 +1123,9 @@ impl Model for Family {
                 let (_, effects) = w.server.force_release();
                 self.announce(&mut w, effects);
             }
-            Action::Replicate | Action::Failover | Action::LoseKey(_) => return None,
+            Action::Replicate | Action::Failover | Action::LoseKey(_) | Action::TakeGrant(_) => {
+                return None;
+            }
         }
         canon(&mut w);
         Some(w)

@@ -139,9 +139,14 @@ pub struct Client {
     pub listening: bool,
     /// A `next:` naming its token arrived since its last attempt was sent.
     pub notified: bool,
+    /// A `grant:` handing it the lock arrived, not taken yet: the fence,
+    /// and the earliest tick of the grant as the client reckons it (the
+    /// sending of the attempt named in it, plus the ticks from that
+    /// attempt's run to the grant).
+    pub grant: Option<(u32, Time)>,
     /// An acquire of an abandoned token still on the wire (`in_line`,
     /// claimed).
-    pub stray: Option<(Tok, bool, bool)>,
+    pub stray: Option<(Tok, bool, bool, Time)>,
     pub gate: Gate,
     /// Ghost: the fence the server issued to the current token.
     pub issued: Option<u32>,
@@ -187,6 +192,10 @@ pub enum Action {
     GiveUp(u8),
     /// A waiter wakes (told it is next, or its sleep ended) and tries.
     Wake(u8),
+    /// A waiter told that a release handed it the lock (`grant:`) takes it,
+    /// valid from its last busy attempt's sending plus the ticks from that
+    /// attempt's run to the grant (the announcement may be lost: `Wake`).
+    TakeGrant(u8),
     Renew(u8),
     Release(u8),
     /// The client reads the server's new identity after a reconnection.
@@ -358,6 +367,7 @@ impl Protocol {
         let lock_there = w.server.lock.is_some() || w.server.survived.is_some();
         let cl = &mut w.clients[ci];
         cl.notified = false;
+        cl.grant = None;
         let g = &mut cl.gate;
         if self.config.restarts || self.config.failovers {
             g.ask = Some(now);
@@ -400,11 +410,20 @@ impl Protocol {
     }
 
     /// The server runs acquire.lua for `token`, with the ghosts' checks.
-    fn run_acquire(&self, w: &mut World, token: Tok, in_line: bool, claimed: bool) -> AcqReply {
+    fn run_acquire(
+        &self,
+        w: &mut World,
+        token: Tok,
+        in_line: bool,
+        claimed: bool,
+        sent: Time,
+    ) -> AcqReply {
         let before = w.server.clone();
         let floor = w.clock;
         let took_time = w.server.lock.is_none_or(|l| claimed && l.owner == token);
-        let (reply, effects) = w.server.acquire(token, in_line, w.now, floor, claimed);
+        let (reply, effects) = w
+            .server
+            .acquire(token, in_line, w.now, floor, claimed, sent);
         if took_time {
             w.clock += 1;
         }
@@ -472,6 +491,30 @@ impl Protocol {
         })
     }
 
+    /// A release handed the lock to `token`: the ghosts' checks of a new
+    /// fence, and `grant:` to its client (which may miss it: `Wake`).
+    fn handed(
+        &self,
+        w: &mut World,
+        before: &Server,
+        (token, fence, since, sent): (Tok, u32, Time, Time),
+    ) {
+        w.clock += 1;
+        if fence <= w.max_issued {
+            w.fence_bad = true;
+        }
+        w.max_issued = w.max_issued.max(fence);
+        if self.overtakes(w, before, token) {
+            w.overtaken = true;
+        }
+        let owner = &mut w.clients[usize::from(token.client)];
+        if owner.token(token.client) == token && owner.alive() {
+            owner.issued = Some(fence);
+            owner.grant = Some((fence, sent + since));
+            owner.notified = true;
+        }
+    }
+
     /// `next:<token>` wakes that waiter (armed before its attempt).
     fn announce(&self, w: &mut World, effects: Effects) {
         for next in effects.announced.into_iter().chain(effects.again) {
@@ -521,6 +564,7 @@ impl Model for Protocol {
                     phase: Phase::Idle,
                     listening: false,
                     notified: false,
+                    grant: None,
                     stray: None,
                     gate: Gate::default(),
                     issued: None,
@@ -615,6 +659,12 @@ impl Model for Protocol {
                     if cl.notified || wake.is_some_and(|t| t <= w.now) {
                         actions.push(Action::Wake(c));
                     }
+                    if cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
+                        && cl.gate.seen == w.epoch
+                        && cl.gate.young.is_none_or(|y| y <= w.now)
+                    {
+                        actions.push(Action::TakeGrant(c));
+                    }
                 }
                 Phase::Dead => {}
             }
@@ -688,6 +738,7 @@ impl Model for Protocol {
                 cl.r#gen += 1;
                 cl.listening = false;
                 cl.issued = None;
+                cl.grant = None;
                 let how = if c < self.config.fast {
                     How::Fast
                 } else {
@@ -705,7 +756,7 @@ impl Model for Protocol {
                         claimed,
                         ..
                     } => {
-                        let reply = self.run_acquire(&mut w, token, in_line, claimed);
+                        let reply = self.run_acquire(&mut w, token, in_line, claimed, sent);
                         w.clients[ci].phase = Phase::Acquiring {
                             in_line,
                             sent,
@@ -761,7 +812,11 @@ impl Model for Protocol {
                             .mark
                             .filter(|&m| m > now)
                             .map(|m| m - now);
-                        let (reply, effects) = w.server.release(token, now, mark);
+                        let before = w.server.clone();
+                        let (reply, effects) = w.server.release(token, now, mark, w.clock);
+                        if let Some(granted) = effects.granted {
+                            self.handed(&mut w, &before, granted);
+                        }
                         self.announce(&mut w, effects);
                         w.clients[ci].phase = Phase::Releasing {
                             flight: Flight::Replied(reply),
@@ -788,8 +843,8 @@ impl Model for Protocol {
             }
             Action::ApplyStray(c) => {
                 let ci = usize::from(c);
-                let (token, in_line, claimed) = w.clients[ci].stray.take()?;
-                self.run_acquire(&mut w, token, in_line, claimed);
+                let (token, in_line, claimed, sent) = w.clients[ci].stray.take()?;
+                self.run_acquire(&mut w, token, in_line, claimed, sent);
             }
             Action::Deliver(c) => {
                 let cl = &mut w.clients[usize::from(c)];
@@ -955,6 +1010,37 @@ impl Model for Protocol {
                 };
                 self.send_acquire(&mut w, c, true, how)
             }
+            Action::TakeGrant(c) => {
+                let lock_there = w.server.lock.is_some() || w.server.survived.is_some();
+                let cl = &mut w.clients[usize::from(c)];
+                let (fence, from) = cl.grant.take()?;
+                cl.notified = false;
+                // The gate's rules, as for an attempt's grant (the identity
+                // is read: `seen` is the epoch; not young).
+                let g = &mut cl.gate;
+                if self.config.restarts || self.config.failovers {
+                    g.ask = Some(now);
+                }
+                g.young = None;
+                if g.closed.is_some_and(|u| u > now) {
+                    if lock_there {
+                        g.closed = None;
+                    } else {
+                        // Refused: the next attempt finds out (and waits).
+                        return None;
+                    }
+                }
+                g.closed = None;
+                if cl.issued.take() != Some(fence) {
+                    w.fence_bad = true;
+                }
+                cl.phase = Phase::Holding {
+                    fence,
+                    valid: from + LEASE,
+                    excused: cl.gate.blind && !self.config.restart_grace,
+                    renewing: None,
+                };
+            }
             Action::Cancel(c) => {
                 let ci = usize::from(c);
                 let token = w.clients[ci].token(c);
@@ -963,10 +1049,10 @@ impl Model for Protocol {
                     in_line,
                     flight: Flight::Sent,
                     claimed,
-                    ..
+                    sent,
                 } = cl.phase
                 {
-                    cl.stray = Some((token, in_line, claimed));
+                    cl.stray = Some((token, in_line, claimed, sent));
                 }
                 cl.phase = Phase::Abandoning {
                     flight: Flight::Sent,
@@ -1049,6 +1135,14 @@ impl Model for Protocol {
             Property::sometimes("a waiter in line while the lock is held", |_, w: &World| {
                 !w.server.line.is_empty() && w.server.lock.is_some()
             }),
+            Property::sometimes(
+                "a waiter told that a release handed it the lock",
+                |_, w: &World| {
+                    w.clients
+                        .iter()
+                        .any(|c| c.grant.is_some() && matches!(c.phase, Phase::Waiting { .. }))
+                },
+            ),
             Property::sometimes("two waiters in line", |_, w: &World| {
                 w.server.line.len() >= 2
             }),
@@ -1130,6 +1224,7 @@ fn canon(w: &mut World) {
     }
     for c in &w.clients {
         values.extend(c.issued);
+        values.extend(c.grant.map(|(f, _)| f));
         match c.phase {
             Phase::Holding { fence, .. }
             | Phase::Acquiring {
@@ -1166,6 +1261,7 @@ fn canon(w: &mut World) {
     }
     for c in &mut w.clients {
         c.issued = c.issued.map(rank);
+        c.grant = c.grant.map(|(f, from)| (rank(f), from));
         match &mut c.phase {
             Phase::Holding { fence, .. }
             | Phase::Acquiring {

@@ -70,6 +70,18 @@ pub struct FenceVal {
     pub exp: Exp,
 }
 
+/// A plain waiter's `'~' .. token` field of the places hash (acquire.lua):
+/// what release.lua needs to hand it the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lease {
+    /// Waiting: its last attempt ran at the first tick and was sent at the
+    /// second (`ARGV[9]`, the attempt's name; the lease length and the
+    /// fence's life are the model's constants).
+    Waiting(Time, Time),
+    /// The grant record: a release handed it the lock.
+    Granted,
+}
+
 /// Every Redis key of one lock.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Server {
@@ -81,6 +93,9 @@ pub struct Server {
     pub line_exp: Option<Exp>,
     /// The places hash: token -> kept until (no key when empty).
     pub places: Vec<(Tok, Time)>,
+    /// The `~token` fields of the same hash (the places' leases, and grant
+    /// records); the hash is no key when both are empty.
+    pub leases: Vec<(Tok, Lease)>,
     pub places_exp: Option<Exp>,
     /// The survival mark (`P{K}:survived`), gone at this tick.
     pub survived: Option<Time>,
@@ -104,6 +119,8 @@ pub enum RelReply {
     Released,
     /// Released, and this token is first in line (told `next:<token>`).
     Next(Tok),
+    /// Released and handed to this token (`grant:…`).
+    Granted(Tok),
 }
 
 /// What a script did besides its reply, for the model's bookkeeping.
@@ -116,6 +133,10 @@ pub struct Effects {
     /// The first in line told the lock is free again (`again:<token>`,
     /// claimed mode: a waiter saw the caller's fast key and sleeps on it).
     pub again: Option<Tok>,
+    /// release: the lock handed to this waiter with this fence, `since`
+    /// ticks after its last attempt ran, which was sent at `sent`
+    /// (`grant:<fence>:<since>:<sent>:<token>`): (token, fence, since, sent).
+    pub granted: Option<(Tok, u32, Time, Time)>,
 }
 
 /// What the fast acquisition's `SET lock token NX PX ttl GET` found.
@@ -155,6 +176,7 @@ impl Server {
         }
         if self.places_exp.is_some_and(|e| e.gone(now)) {
             self.places.clear();
+            self.leases.clear();
             self.places_exp = None;
         }
         if self.survived.is_some_and(|t| t <= now) {
@@ -167,8 +189,31 @@ impl Server {
         if self.line.is_empty() {
             self.line_exp = None;
         }
-        if self.places.is_empty() {
+        if self.places.is_empty() && self.leases.is_empty() {
             self.places_exp = None;
+        }
+    }
+
+    /// The `~token` field of `tok`.
+    pub fn lease(&self, tok: Tok) -> Option<Lease> {
+        self.leases.iter().find(|(t, _)| *t == tok).map(|&(_, l)| l)
+    }
+
+    /// `HDEL places ~token`.
+    pub(crate) fn remove_lease(&mut self, tok: Tok) {
+        self.leases.retain(|(t, _)| *t != tok);
+    }
+
+    /// `HSET places ~token value`.
+    fn set_lease(&mut self, tok: Tok, lease: Lease) {
+        match self.leases.iter_mut().find(|(t, _)| *t == tok) {
+            Some(slot) => slot.1 = lease,
+            None => {
+                if self.places.is_empty() && self.leases.is_empty() {
+                    self.places_exp = Some(Exp::Persist);
+                }
+                self.leases.push((tok, lease));
+            }
         }
     }
 
@@ -201,8 +246,15 @@ impl Server {
     }
 
     /// acquire.lua's `first_in_line`: the first whose place is kept (the
-    /// caller's own counts), dropping lapsed places on the way.
+    /// caller's own counts), dropping lapsed places on the way (with their
+    /// `~` fields; lock_all.lua's drops leave those: `leases` false).
     pub(crate) fn first_in_line(&mut self, token: Tok, now: Time) -> Option<Tok> {
+        self.first_kept(token, now, true)
+    }
+
+    /// [`first_in_line`](Self::first_in_line), dropping the `~` fields of
+    /// lapsed places or not.
+    pub(crate) fn first_kept(&mut self, token: Tok, now: Time, leases: bool) -> Option<Tok> {
         while let Some(&head) = self.line.first() {
             if head == token {
                 return Some(head);
@@ -212,6 +264,9 @@ impl Server {
             }
             self.lpop();
             self.remove_place(head);
+            if leases {
+                self.remove_lease(head);
+            }
         }
         self.tidy();
         None
@@ -260,7 +315,9 @@ impl Server {
 
     /// acquire.lua. `floor` is the server clock (`ARGV[5]` = 0); `grace`
     /// is `ARGV[4]` (0: one try); `claimed`: `ARGV[6]` = '1' (after a fast
-    /// attempt: the caller's own key is taken back first).
+    /// attempt: the caller's own key is taken back first); `sent`: when
+    /// the attempt was sent (`ARGV[9]`, written with a place).
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
         token: Tok,
@@ -268,6 +325,7 @@ impl Server {
         now: Time,
         floor: u32,
         claimed: bool,
+        sent: Time,
     ) -> (AcqReply, Effects) {
         let out = 'script: {
             let mut effects = Effects::default();
@@ -275,7 +333,10 @@ impl Server {
             // Claimed mode: the caller's fast key goes, remembering whether a
             // waiter marked it (it sleeps on its lease).
             let mut seen = false;
-            if claimed && let Some(l) = self.lock.filter(|l| l.owner == token) {
+            if claimed
+                && let Some(l) = self.lock.filter(|l| l.owner == token)
+                && self.lease(token) != Some(Lease::Granted)
+            {
                 self.lock = None;
                 seen = l.marked;
             }
@@ -327,6 +388,7 @@ impl Server {
                     if first.is_some() {
                         self.lpop();
                         self.remove_place(token);
+                        self.remove_lease(token);
                         self.tidy();
                     }
                     if !self.line.is_empty() {
@@ -349,6 +411,9 @@ impl Server {
             if let Some(l) = holder
                 && l.owner == token
             {
+                // (Or handed to us by a release: its grant record goes.)
+                self.remove_lease(token);
+                self.tidy();
                 self.lock = Some(LockVal {
                     exp: now + LEASE,
                     ..l
@@ -368,7 +433,7 @@ impl Server {
                 }
             }
             if in_line {
-                self.wait_in_line(token, now, sleep);
+                self.wait_in_line(token, now, sleep, Some(sent));
             }
             (AcqReply::Busy(sleep), effects)
         };
@@ -380,7 +445,9 @@ impl Server {
     /// (or take) the caller's place for the sleep and the grace, make the
     /// line and the places live that long, put the markers on the fence
     /// key (living at least as long) and on the holder's value.
-    pub(crate) fn wait_in_line(&mut self, token: Tok, now: Time, sleep: i32) {
+    /// With `sent` (acquire.lua, not lock_all.lua), the place's `~` field
+    /// says when this attempt ran and when it was sent.
+    pub(crate) fn wait_in_line(&mut self, token: Tok, now: Time, sleep: i32, sent: Option<Time>) {
         let (value, counter_marked) = match self.fence {
             Some(f) => (f.value, f.marked),
             None => (0, false),
@@ -399,6 +466,9 @@ impl Server {
                 self.line_exp = Some(Exp::Persist);
             }
             self.line.push(token);
+        }
+        if let Some(sent) = sent {
+            self.set_lease(token, Lease::Waiting(now, sent));
         }
         if self.line_pttl(now) < keep {
             self.line_exp = Some(Exp::At(until));
@@ -425,8 +495,15 @@ impl Server {
     }
 
     /// release.lua with keep 0 and announcements to the line only;
-    /// `mark`: the survival mark's life (`KEYS[4]`, `ARGV[6]`).
-    pub fn release(&mut self, token: Tok, now: Time, mark: Option<Time>) -> (RelReply, Effects) {
+    /// `mark`: the survival mark's life (`KEYS[5]`, `ARGV[6]`); `floor`:
+    /// the server clock (a handoff's fence floor).
+    pub fn release(
+        &mut self,
+        token: Tok,
+        now: Time,
+        mark: Option<Time>,
+        floor: u32,
+    ) -> (RelReply, Effects) {
         let mut effects = Effects::default();
         let Some(l) = self.lock.filter(|l| l.owner == token) else {
             return (RelReply::NotOurs, effects);
@@ -435,6 +512,12 @@ impl Server {
         if let Some(life) = mark {
             self.survived = Some(now + life.max(1));
         }
+        if l.marked
+            && let Some(granted) = self.hand_on(now, floor)
+        {
+            effects.granted = Some(granted);
+            return (RelReply::Granted(granted.0), effects);
+        }
         match self.line.first().filter(|_| l.marked) {
             Some(&next) => {
                 effects.announced = Some(next);
@@ -442,6 +525,50 @@ impl Server {
             }
             None => (RelReply::Released, effects),
         }
+    }
+
+    /// release.lua's `hand_on`: the first kept place in line (lapsed ones
+    /// dropped), if its `~` field says it waits, gets the lock with its
+    /// lease and a new fence (above the last, at least `floor`); its place
+    /// goes and its field becomes the grant record. The waiter, the fence,
+    /// and the ticks since its last attempt ran.
+    fn hand_on(&mut self, now: Time, floor: u32) -> Option<(Tok, u32, Time, Time)> {
+        let mut head = None;
+        while let Some(&first) = self.line.first() {
+            if self.place(first).unwrap_or(0) > now {
+                head = Some(first);
+                break;
+            }
+            self.lpop();
+            self.remove_place(first);
+            self.remove_lease(first);
+        }
+        self.tidy();
+        let head = head?;
+        let Some(Lease::Waiting(seen, sent)) = self.lease(head) else {
+            return None;
+        };
+        let fence = match self.fence.map(|f| f.value) {
+            Some(last) if last >= floor => last + 1,
+            _ => floor,
+        };
+        self.lpop();
+        self.remove_place(head);
+        self.set_lease(head, Lease::Granted);
+        let marked = !self.line.is_empty();
+        self.lock = Some(LockVal {
+            owner: head,
+            marked,
+            exp: now + LEASE,
+            fast: false,
+        });
+        self.fence = Some(FenceVal {
+            value: fence,
+            marked,
+            exp: Exp::Long,
+        });
+        self.tidy();
+        Some((head, fence, now.saturating_sub(seen), sent))
     }
 
     /// renew.lua for one lease.
@@ -466,6 +593,7 @@ impl Server {
             self.lock = None;
         }
         let placed = self.remove_place(token);
+        self.remove_lease(token);
         if placed && let Some(i) = self.line.iter().position(|t| *t == token) {
             self.line.remove(i);
         }

@@ -6,6 +6,7 @@ mod support;
 
 mod api_shape;
 mod fixture;
+mod handoff;
 mod memory_only;
 mod processes;
 mod redis_only;

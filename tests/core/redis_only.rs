@@ -370,8 +370,10 @@ async fn a_release_wakes_one_waiter_not_a_herd() {
     guard.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let calls = server.command_calls("evalsha") - before;
-    // The release, one attempt by the one waiter whose turn it is, and
-    // that holder's grant record a moment later; a herd would be 11 or more.
+    // The release (which hands the lock to the first in line: the waiter
+    // sends no attempt; if it missed the announcement, one attempt of that
+    // waiter alone), and that holder's grant record a moment later; a herd
+    // would be 11 or more.
     assert!(
         (2..=3).contains(&calls),
         "{calls} script calls: a single release woke several waiters"

@@ -28,7 +28,7 @@ use std::time::Instant;
 use leasehold::__private::{ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
 use leasehold_model::protocol::{FastStep, Flight, Phase};
 use leasehold_model::scripts::{
-    AcqReply, Exp, FastReply, GRACE, LEASE, RelReply, Server, SetNx, Tok,
+    AcqReply, Exp, FastReply, GRACE, LEASE, Lease, RelReply, Server, SetNx, Tok,
 };
 use leasehold_model::{Action, Config, Model, Protocol, World};
 use redis::{Connection, Script, Value};
@@ -131,6 +131,7 @@ fn kind(action: Action) -> &'static str {
         Action::Retry(_) => "Retry",
         Action::GiveUp(_) => "GiveUp",
         Action::Wake(_) => "Wake",
+        Action::TakeGrant(_) => "TakeGrant",
         Action::Renew(_) => "Renew",
         Action::Release(_) => "Release",
         Action::SeeChange(_) => "SeeChange",
@@ -196,6 +197,103 @@ fn text(v: &Value) -> Option<String> {
 fn server_ms(con: &mut Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
     s * 1000 + us / 1000
+}
+
+/// A places hash: its places (token -> kept until, server ms) and its
+/// `~token` fields (token -> value: acquire.lua's lease, or 'granted').
+fn read_places(
+    con: &mut Connection,
+    key: &str,
+) -> (BTreeMap<String, i64>, BTreeMap<String, String>) {
+    let all: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(con).expect("HGETALL");
+    let mut places = BTreeMap::new();
+    let mut leases = BTreeMap::new();
+    for (field, value) in all {
+        match field.strip_prefix('~') {
+            Some(t) => {
+                leases.insert(t.to_owned(), value);
+            }
+            None => {
+                places.insert(field, value.parse().expect("a place: server ms"));
+            }
+        }
+    }
+    (places, leases)
+}
+
+/// The `~` fields of a places hash against the model's: a waiting place's
+/// lease (the model's lease length, the fence's life, and when its last
+/// attempt ran), or the grant record.
+fn check_leases(
+    real: &BTreeMap<String, String>,
+    model: &[(Tok, Lease)],
+    clock: i64,
+    now: u8,
+    step: &str,
+) {
+    let want: BTreeMap<String, Lease> = model.iter().map(|(t, l)| (token(*t), *l)).collect();
+    assert_eq!(
+        real.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{step}: the places' ~ fields"
+    );
+    let ttl = i64::from(LEASE) * TICK_MS;
+    for (t, lease) in &want {
+        let value = &real[t];
+        match lease {
+            Lease::Granted => assert_eq!(value, "granted", "{step}: grant record of {t}"),
+            Lease::Waiting(at, sent) => {
+                let parts: Vec<i64> = value
+                    .split(':')
+                    .map(|p| p.parse().expect("a number"))
+                    .collect();
+                assert_eq!(parts.len(), 4, "{step}: lease of {t}: {value}");
+                assert_eq!(
+                    [parts[0], parts[1], parts[3]],
+                    [ttl, ttl + FENCE_MEMORY_MS, i64::from(*sent)],
+                    "{step}: lease of {t}: {value}"
+                );
+                let ago = clock - parts[2];
+                let model = (i64::from(now) - i64::from(*at)) * TICK_MS;
+                assert!(
+                    (ago - model).abs() <= SLACK_MS,
+                    "{step}: {t}'s last attempt ran {ago} ms ago, the model says {model}"
+                );
+            }
+        }
+    }
+}
+
+/// Move every place and every waiting lease's attempt time `by` ms
+/// earlier (time passing, replayed).
+fn shift_places_of(con: &mut Connection, key: &str, by: i64) {
+    let (places, leases) = read_places(con, key);
+    for (t, at) in places {
+        cmd(con, &["HSET", key, &t, &(at - by).to_string()]);
+    }
+    for (t, value) in leases {
+        let parts: Vec<&str> = value.split(':').collect();
+        if let [ttl, life, seen, sent] = parts[..] {
+            let seen: i64 = seen.parse().expect("a number");
+            let value = format!("{ttl}:{life}:{}:{sent}", seen - by);
+            cmd(con, &["HSET", key, &format!("~{t}"), &value]);
+        }
+    }
+}
+
+/// A `grant:<fence>:<ms>:<attempt>:<token>` reply or message: fence, ms,
+/// attempt, token.
+fn parse_grant(message: &str) -> (u64, i64, i64, Tok) {
+    let rest = message.strip_prefix("grant:").expect("a grant");
+    let (fence, rest) = rest.split_once(':').expect("grant:<fence>:");
+    let (since, rest) = rest.split_once(':').expect("grant:<fence>:<ms>:");
+    let (attempt, t) = rest.split_once(':').expect("grant:<fence>:<ms>:<attempt>:");
+    (
+        fence.parse().expect("a fence"),
+        since.parse().expect("ms"),
+        attempt.parse().expect("an attempt"),
+        tok_of(t),
+    )
 }
 
 impl Replay<'_> {
@@ -294,11 +392,9 @@ impl Replay<'_> {
             self.expiry(&format!("{step}: line"), pttl, s.line_exp, now);
         }
         // The places.
-        let places: BTreeMap<String, i64> = redis::cmd("HGETALL")
-            .arg(PLACES)
-            .query(self.con)
-            .expect("HGETALL");
+        let (places, leases) = read_places(self.con, PLACES);
         let clock = server_ms(self.con);
+        check_leases(&leases, &s.leases, clock, now, step);
         let want: BTreeMap<String, u8> = s.places.iter().map(|(t, at)| (token(*t), *at)).collect();
         assert_eq!(
             places.keys().collect::<Vec<_>>(),
@@ -313,7 +409,7 @@ impl Replay<'_> {
                 "{step}: place of {t} kept {left} ms more, the model says {model}"
             );
         }
-        if !s.places.is_empty() {
+        if !s.places.is_empty() || !s.leases.is_empty() {
             let pttl = self.pttl(PLACES);
             self.expiry(&format!("{step}: places"), pttl, s.places_exp, now);
         }
@@ -349,13 +445,7 @@ impl Replay<'_> {
     }
 
     fn shift_places(&mut self, by: i64) {
-        let places: BTreeMap<String, i64> = redis::cmd("HGETALL")
-            .arg(PLACES)
-            .query(self.con)
-            .expect("HGETALL");
-        for (t, at) in places {
-            cmd(self.con, &["HSET", PLACES, &t, &(at - by).to_string()]);
-        }
+        shift_places_of(self.con, PLACES, by);
     }
 
     fn replicate(&mut self) {
@@ -389,7 +479,7 @@ impl Replay<'_> {
 
     /// acquire.lua; `claimed`: ARGV[6..8] of claimed mode (the release
     /// channel, PUBLISH).
-    fn acquire(&mut self, t: Tok, in_line: bool, claimed: bool) -> Value {
+    fn acquire(&mut self, t: Tok, in_line: bool, claimed: bool, sent: u8) -> Value {
         let ttl = i64::from(LEASE) * TICK_MS;
         let script = Script::new(ACQUIRE_SOURCE);
         let mut call = script.prepare_invoke();
@@ -409,6 +499,12 @@ impl Replay<'_> {
         if claimed {
             call.arg("1").arg(CHANNEL).arg("PUBLISH");
             *self.fast.entry("claimed acquire.lua").or_default() += 1;
+        } else if in_line {
+            call.arg("0").arg("").arg("");
+        }
+        if in_line {
+            // The attempt's name: its sending (the model's tick).
+            call.arg(sent);
         }
         call.invoke(self.con).expect("acquire.lua")
     }
@@ -506,10 +602,14 @@ impl Replay<'_> {
                 let mut server: Server = before.server.clone();
                 match cl.phase {
                     Phase::Acquiring {
-                        in_line, claimed, ..
+                        in_line,
+                        claimed,
+                        sent,
+                        ..
                     } => {
-                        let real = self.acquire(t, in_line, claimed);
-                        let (model, _) = server.acquire(t, in_line, now, before.clock, claimed);
+                        let real = self.acquire(t, in_line, claimed, sent);
+                        let (model, _) =
+                            server.acquire(t, in_line, now, before.clock, claimed, sent);
                         self.check_acquire(&real, model, c, step);
                     }
                     Phase::Fast {
@@ -551,7 +651,7 @@ impl Replay<'_> {
                         let mark = cl.gate.mark.filter(|&m| m > now).map(|m| m - now);
                         let script = Script::new(RELEASE_SOURCE);
                         let mut call = script.prepare_invoke();
-                        call.key(LOCK).key(LINE).key(PLACES);
+                        call.key(LOCK).key(LINE).key(PLACES).key(FENCE);
                         if mark.is_some() {
                             call.key(SURVIVED);
                         }
@@ -560,10 +660,29 @@ impl Replay<'_> {
                             call.arg(i64::from(m.max(1)) * TICK_MS);
                         }
                         let real: Value = call.invoke(self.con).expect("release.lua");
-                        let (model, _) = server.release(t, now, mark);
+                        let (model, effects) = server.release(t, now, mark, before.clock);
                         match (&real, model) {
                             (Value::Int(0), RelReply::NotOurs)
                             | (Value::Int(1), RelReply::Released) => {}
+                            (Value::BulkString(b), RelReply::Granted(n)) => {
+                                let (real, since, attempt, to) =
+                                    parse_grant(std::str::from_utf8(b).unwrap());
+                                assert_eq!(to, n, "{step}: handed to");
+                                let (_, fence, ticks, sent) = effects.granted.expect("a grant");
+                                assert_eq!(attempt, i64::from(sent), "{step}: the attempt named");
+                                let want = i64::from(ticks) * TICK_MS;
+                                assert!(
+                                    (since - want).abs() <= SLACK_MS,
+                                    "{step}: granted {since} ms after the waiter's attempt, the model says {want}"
+                                );
+                                // Told to the waiter (it takes it, or its
+                                // next attempt finds it its own).
+                                self.told.insert(n.client, (fence, real));
+                                if self.top.is_none_or(|(m, _)| fence > m) {
+                                    self.top = Some((fence, real));
+                                }
+                                *self.fast.entry("handoff").or_default() += 1;
+                            }
                             (Value::BulkString(b), RelReply::Next(n)) => {
                                 let next = tok_of(std::str::from_utf8(b).unwrap());
                                 assert_eq!(next, n, "{step}: next");
@@ -591,10 +710,11 @@ impl Replay<'_> {
                 }
             }
             Action::ApplyStray(c) => {
-                let (t, in_line, claimed) = before.clients[usize::from(c)].stray.expect("a stray");
-                let real = self.acquire(t, in_line, claimed);
+                let (t, in_line, claimed, sent) =
+                    before.clients[usize::from(c)].stray.expect("a stray");
+                let real = self.acquire(t, in_line, claimed, sent);
                 let mut server = before.server.clone();
-                let (model, _) = server.acquire(t, in_line, now, before.clock, claimed);
+                let (model, _) = server.acquire(t, in_line, now, before.clock, claimed, sent);
                 // Nobody is told this fence; it is issued all the same.
                 if let (Value::BulkString(b), AcqReply::Granted(f)) = (&real, model) {
                     let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
@@ -605,7 +725,7 @@ impl Replay<'_> {
                     self.check_acquire(&real, model, u8::MAX, step);
                 }
             }
-            Action::Start(..) | Action::Wake(_) | Action::Retry(_) => {
+            Action::Start(..) | Action::Wake(_) | Action::Retry(_) | Action::TakeGrant(_) => {
                 // The gate asks `EXISTS lock survived` of a closed key.
                 let model = before.server.lock.is_some() || before.server.survived.is_some();
                 let real = int(&cmd(self.con, &["EXISTS", LOCK, SURVIVED])) > 0;
@@ -1573,7 +1693,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
 
     // The model, from the same state.
     let mut keys: [Server; 2] = Default::default();
-    let (_, _) = keys[1].acquire(holder, false, 0, 1, false);
+    let (_, _) = keys[1].acquire(holder, false, 0, 1, false, 0);
     for t in [y, z] {
         assert!(matches!(
             model_lock_all(&mut keys, t, true, 0, 1).0,
@@ -1608,7 +1728,7 @@ mod all {
     };
     use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes};
     use leasehold_model::protocol::Flight;
-    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, Server, Tok};
+    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, RelReply, Server, Tok};
     use leasehold_model::{Action, Model};
     use redis::{Connection, Script, Value};
 
@@ -1724,11 +1844,9 @@ mod all {
                     let pttl = self.pttl(&line);
                     expiry(&format!("{step}: key {k} line"), pttl, s.line_exp, now);
                 }
-                let real_places: BTreeMap<String, i64> = redis::cmd("HGETALL")
-                    .arg(&places)
-                    .query(self.con)
-                    .expect("HGETALL");
+                let (real_places, leases) = super::read_places(self.con, &places);
                 let clock = server_ms(self.con);
+                super::check_leases(&leases, &s.leases, clock, now, &format!("{step}: key {k}"));
                 let want: BTreeMap<String, u8> =
                     s.places.iter().map(|(t, at)| (token(*t), *at)).collect();
                 assert_eq!(
@@ -1744,7 +1862,7 @@ mod all {
                         "{step}: key {k} place of {t} kept {left} ms more, the model says {model}"
                     );
                 }
-                if !s.places.is_empty() {
+                if !s.places.is_empty() || !s.leases.is_empty() {
                     let pttl = self.pttl(&places);
                     expiry(&format!("{step}: key {k} places"), pttl, s.places_exp, now);
                 }
@@ -1765,17 +1883,7 @@ mod all {
                         cmd(self.con, &["PEXPIRE", &key, &left.to_string()]);
                     }
                 }
-                let places = name(k, "places");
-                let real: BTreeMap<String, i64> = redis::cmd("HGETALL")
-                    .arg(&places)
-                    .query(self.con)
-                    .expect("HGETALL");
-                for (t, at) in real {
-                    cmd(
-                        self.con,
-                        &["HSET", &places, &t, &(at - TICK_MS).to_string()],
-                    );
-                }
+                super::shift_places_of(self.con, &name(k, "places"), TICK_MS);
             }
         }
 
@@ -1801,7 +1909,7 @@ mod all {
                     let takes = self.model.config.clients[ci];
                     let keys = takes.keys();
                     match cl.phase {
-                        AllPhase::Acquiring { .. } => {
+                        AllPhase::Acquiring { sent, .. } => {
                             let real: Value = match takes {
                                 Takes::Both => {
                                     let script = Script::new(LOCK_ALL_SOURCE);
@@ -1832,6 +1940,10 @@ mod all {
                                         .arg(ttl + FENCE_MEMORY_MS)
                                         .arg(i64::from(GRACE) * TICK_MS)
                                         .arg(0)
+                                        .arg("0")
+                                        .arg("")
+                                        .arg("")
+                                        .arg(sent)
                                         .invoke(self.con)
                                         .expect("acquire.lua")
                                 }
@@ -1850,7 +1962,10 @@ mod all {
                                 }
                                 Takes::One(k) => {
                                     let k = usize::from(k);
-                                    match servers[k].acquire(t, true, now, before.clock, false).0 {
+                                    match servers[k]
+                                        .acquire(t, true, now, before.clock, false, sent)
+                                        .0
+                                    {
                                         AcqReply::Granted(f) => {
                                             let mut fences = [0; 2];
                                             fences[k] = f;
@@ -1926,11 +2041,12 @@ mod all {
                         AllPhase::Releasing { .. } => {
                             let mut servers = before.keys.clone();
                             for &k in &keys {
-                                let [lock, _, line, places] = names(k);
+                                let [lock, fence, line, places] = names(k);
                                 let real: Value = Script::new(RELEASE_SOURCE)
                                     .key(lock)
                                     .key(line)
                                     .key(places)
+                                    .key(fence)
                                     .arg(token(t))
                                     .arg(0)
                                     .arg(name(k, "released"))
@@ -1938,19 +2054,20 @@ mod all {
                                     .arg(0)
                                     .invoke(self.con)
                                     .expect("release.lua");
-                                let (model, _) = servers[k].release(t, now, None);
-                                let same = matches!(
-                                    (&real, model),
-                                    (Value::Int(0), leasehold_model::scripts::RelReply::NotOurs)
-                                        | (
-                                            Value::Int(1),
-                                            leasehold_model::scripts::RelReply::Released
-                                        )
-                                        | (
-                                            Value::BulkString(_),
-                                            leasehold_model::scripts::RelReply::Next(_)
-                                        )
-                                );
+                                let (model, _) = servers[k].release(t, now, None, before.clock);
+                                let granted = matches!(&real, Value::BulkString(b) if b.starts_with(b"grant:"));
+                                let same = match (&real, model) {
+                                    (Value::Int(0), RelReply::NotOurs)
+                                    | (Value::Int(1), RelReply::Released) => true,
+                                    (Value::BulkString(_), RelReply::Next(_)) => !granted,
+                                    (Value::BulkString(_), RelReply::Granted(n)) => {
+                                        granted
+                                            && super::parse_grant(&text(&real).unwrap_or_default())
+                                                .3
+                                                == n
+                                    }
+                                    _ => false,
+                                };
                                 assert!(same, "{step}: release {real:?}, the model {model:?}");
                                 self.told[k].remove(&c);
                             }

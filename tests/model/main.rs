@@ -57,6 +57,7 @@ fn client_faults() {
             "a waiter in line while the lock is held",
             "a retried acquire on its way for a lock already its own",
             "a lease ran out and another holds",
+            "a waiter told that a release handed it the lock",
         ],
     );
 }

@@ -166,6 +166,13 @@ impl Backend for LazyBackend {
         }
     }
 
+    fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
+        match self.backend() {
+            Ok(backend) => backend.admit_grant(keys, ttl),
+            Err(error) => refused(error.with_key(&keys.key)),
+        }
+    }
+
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         match self.backend() {
             Ok(backend) => backend.release(release),

@@ -98,6 +98,11 @@ pub(crate) struct Attempt<'a> {
     /// claimed call's delete brings such a key back; the protocol model's
     /// `fast_path_failover` check found it).
     pub(crate) after_fast: bool,
+    /// This attempt's name for a release that hands the lock on (in line
+    /// only): when it was sent, in µs since its waiter started. A grant
+    /// names the attempt its place was last written by (`grant:` in
+    /// `wakeups.rs`), so the waiter counts its lease from that sending.
+    pub(crate) sent_us: u64,
 }
 
 impl<'a> Attempt<'a> {
@@ -457,6 +462,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// This client's local register of waiters, keyed by release channel.
     fn wakeups(&self) -> &Wakeups;
+
+    /// Whether a lock that a release handed to the waiting `keys` (a
+    /// `grant:` announcement, see `wakeups.rs`) may be taken as granted
+    /// now: the rules an attempt's grant goes through (the server's
+    /// identity read after a new connection, a key closed after a restart
+    /// or failover: see `redis/gate.rs`). An error (unavailable, with the
+    /// time left) if not. Backends that never hand a lock on admit it.
+    fn admit_grant<'a>(&'a self, _keys: &'a LockKeys, _ttl: Duration) -> Reply<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// Whether a busy reply to a one-try attempt may leave a grant behind
     /// (to be abandoned when the acquisition ends).

@@ -22,6 +22,22 @@ struct Channel {
     /// The last announcement handled, so that the same release arriving
     /// twice (directly, then by pub/sub) wakes nobody the second time.
     announced: Option<Seen>,
+    /// Locks handed to this client's waiters by a release (`grant:`), not
+    /// taken by their waiter yet: owner token and grant.
+    granted: Vec<(String, Grant)>,
+}
+
+/// A lock handed to a waiter by its holder's release (`release.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// Its fencing token.
+    pub(crate) fence: u64,
+    /// Server ms from the waiter's last attempt (as the script ran it) to
+    /// the grant: the grant happened no earlier than that attempt's sending
+    /// plus this (negative only if the server clock stepped back).
+    pub(crate) since_attempt_ms: i64,
+    /// That attempt: when it was sent, in µs since its waiter started.
+    pub(crate) attempt_sent_us: u64,
 }
 
 impl Channel {
@@ -70,11 +86,21 @@ impl Wakeups {
             return;
         };
         entry.line.retain(|(t, _)| t != token);
+        entry.granted.retain(|(t, _)| t != token);
         if entry.line.is_empty() {
             channels.remove(channel);
         } else if handed_on {
             entry.wake_first();
         }
+    }
+
+    /// The lock a release handed to the waiter `token` on `channel`, if
+    /// one did since it last looked (taken: told once).
+    pub(crate) fn take_grant(&self, channel: &str, token: &str) -> Option<Grant> {
+        let mut channels = self.channels();
+        let granted = &mut channels.get_mut(channel)?.granted;
+        let at = granted.iter().position(|(t, _)| t == token)?;
+        Some(granted.swap_remove(at).1)
     }
 
     /// Whether some waiter of this client is waiting on `channel`.
@@ -104,10 +130,21 @@ impl Wakeups {
             Announcement::Next(next) | Announcement::Again(next) => {
                 entry.line.iter().find(|(t, _)| t == next)
             }
+            Announcement::Grant(to, grant) => {
+                let named = entry.line.iter().find(|(t, _)| t == to);
+                if named.is_some() && !entry.granted.iter().any(|(t, _)| t == to) {
+                    entry.granted.push((to.to_owned(), grant));
+                }
+                named
+            }
             Announcement::Free(_) => None,
         };
         match named {
             Some((_, notify)) => notify.notify_one(),
+            // Handed to another client's waiter: the lock is held again,
+            // with a lease of its own; our waiters' sleeps already end by
+            // the time anything they were told runs out, so nobody looks.
+            None if matches!(announcement, Announcement::Grant(..)) => {}
             // Free for anyone, or another client's waiter is next: our first
             // waiter looks once, and so learns when to look again (if that
             // waiter died, when its place lapses).
@@ -149,6 +186,9 @@ pub(crate) enum Announcement<'a> {
     /// claimed mode). Not the same announcement as that release's, so it is
     /// not taken for it heard twice.
     Again(&'a str),
+    /// `grant:<fence>:<ms>:<attempt>:<token>`: the release handed the lock to this
+    /// waiter (`release.lua`); its client has it without asking again.
+    Grant(&'a str, Grant),
 }
 
 impl<'a> Announcement<'a> {
@@ -158,10 +198,26 @@ impl<'a> Announcement<'a> {
             Announcement::Next(token)
         } else if let Some(token) = message.strip_prefix("again:") {
             Announcement::Again(token)
+        } else if let Some((token, grant)) = message.strip_prefix("grant:").and_then(parse_grant) {
+            Announcement::Grant(token, grant)
         } else {
             Announcement::Free(message.strip_prefix("free:").unwrap_or(message))
         }
     }
+}
+
+/// `<fence>:<ms>:<attempt>:<token>` (a token may hold ':' itself: it
+/// comes last).
+fn parse_grant(rest: &str) -> Option<(&str, Grant)> {
+    let (fence, rest) = rest.split_once(':')?;
+    let (since, rest) = rest.split_once(':')?;
+    let (attempt, token) = rest.split_once(':')?;
+    let grant = Grant {
+        fence: fence.parse().ok()?,
+        since_attempt_ms: since.parse().ok()?,
+        attempt_sent_us: attempt.parse().ok()?,
+    };
+    Some((token, grant))
 }
 
 /// The last announcement a channel handled.
@@ -169,6 +225,7 @@ impl<'a> Announcement<'a> {
 enum Seen {
     Next(String),
     Free(String),
+    Grant(String),
     /// Never the same as another: each is heard once (by pub/sub only).
     Again,
 }
@@ -178,6 +235,7 @@ impl From<Announcement<'_>> for Seen {
         match announcement {
             Announcement::Next(t) => Seen::Next(t.to_owned()),
             Announcement::Free(t) => Seen::Free(t.to_owned()),
+            Announcement::Grant(t, _) => Seen::Grant(t.to_owned()),
             Announcement::Again(_) => Seen::Again,
         }
     }
@@ -186,9 +244,9 @@ impl From<Announcement<'_>> for Seen {
 impl Seen {
     fn is(&self, announcement: Announcement<'_>) -> bool {
         match (self, announcement) {
-            (Seen::Next(a), Announcement::Next(b)) | (Seen::Free(a), Announcement::Free(b)) => {
-                a == b
-            }
+            (Seen::Next(a), Announcement::Next(b))
+            | (Seen::Free(a), Announcement::Free(b))
+            | (Seen::Grant(a), Announcement::Grant(b, _)) => a == b,
             _ => false,
         }
     }
@@ -245,5 +303,41 @@ mod tests {
         assert!(!list.has_waiters("a"));
         list.leave("b", "t3", false);
         assert!(list.channels().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_grant_wakes_and_is_kept_for_its_waiter_only() {
+        let list = Wakeups::default();
+        let first = list.join("a", "t1");
+        let second = list.join("a", "ab:name:x");
+        let wait_first = first.notified();
+        tokio::pin!(wait_first);
+        let wait_second = second.notified();
+        tokio::pin!(wait_second);
+        // A token holds ':' itself: it comes last in the message.
+        let message = "grant:1764000000000123:17:4500:ab:name:x";
+        let grant = Grant {
+            fence: 1_764_000_000_000_123,
+            since_attempt_ms: 17,
+            attempt_sent_us: 4500,
+        };
+        assert_eq!(
+            Announcement::parse(message),
+            Announcement::Grant("ab:name:x", grant)
+        );
+        list.announce("a", Announcement::parse(message));
+        assert!(ready(wait_second.as_mut()));
+        assert!(!ready(wait_first.as_mut()));
+        assert_eq!(list.take_grant("a", "t1"), None);
+        assert_eq!(list.take_grant("a", "ab:name:x"), Some(grant));
+        assert_eq!(list.take_grant("a", "ab:name:x"), None, "told once");
+        // Handed to another client's waiter: nobody here looks.
+        list.announce("a", Announcement::parse("grant:5:0:0:elsewhere"));
+        assert!(!ready(wait_first.as_mut()));
+        // A malformed grant is taken for a release (anyone may look).
+        assert!(matches!(
+            Announcement::parse("grant:x:y"),
+            Announcement::Free(_)
+        ));
     }
 }

@@ -87,7 +87,19 @@ impl<T: Topology> RedisBackend<T> {
         }
         let mut fences = Vec::with_capacity(all.keys.len());
         for (at, keys) in all.keys.iter().enumerate() {
-            let taken = scripts::acquire(con, keys, token, ttl, in_line, None, None).await;
+            let taken = scripts::acquire(
+                con,
+                keys,
+                token,
+                ttl,
+                scripts::Placed {
+                    in_line,
+                    sent_us: None,
+                },
+                None,
+                None,
+            )
+            .await;
             match taken {
                 Ok(Acquired::Yes { fence }) => fences.push(fence),
                 busy_or_failed => {
@@ -124,11 +136,7 @@ impl<T: Topology> RedisBackend<T> {
                 .await?;
             if released.owned == Owned::Yes && !released.in_background {
                 self.gate.survived(&keys.key);
-                let announcement = match &released.next {
-                    Some(next) => Announcement::Next(next),
-                    None => Announcement::Free(token),
-                };
-                self.listener.wakeups.announce(&keys.channel, announcement);
+                (self.listener.wakeups).announce(&keys.channel, released.announcement(token));
             }
             if outcome == Owned::Yes {
                 outcome = released.owned;

@@ -100,6 +100,7 @@ impl ReleaseArgs {
             return Ok(scripts::Released {
                 owned: Owned::Yes,
                 next: None,
+                granted: None,
                 in_background: false,
             });
         }
@@ -351,6 +352,7 @@ impl<T: Topology> RedisBackend<T> {
                         return Ok(scripts::Released {
                             owned: Owned::Yes,
                             next: None,
+                            granted: None,
                             in_background: true,
                         });
                     }
@@ -393,11 +395,7 @@ impl<T: Topology> RedisBackend<T> {
                     }
                     Ok(released) => {
                         if released.owned == Owned::Yes {
-                            let announcement = match &released.next {
-                                Some(next) => Announcement::Next(next),
-                                None => Announcement::Free(&token),
-                            };
-                            wakeups.announce(&keys.channel, announcement);
+                            wakeups.announce(&keys.channel, released.announcement(&token));
                         }
                         return;
                     }
@@ -527,6 +525,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             && self.topology.fast_path();
         let fast = attempt.fast && fast_ok;
         let after_fast = attempt.after_fast && fast_ok;
+        let sent_us = attempt.sent_us;
         let (keys, token, ttl, in_line) = attempt.parts();
         Box::pin(async move {
             if !self.gate.is_verified() {
@@ -547,6 +546,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                         fence_floor,
                         fast: false,
                         after_fast: false,
+                        sent_us: 0,
                     };
                     return self.family_attempt(&mut con, attempt).await;
                 }
@@ -556,7 +556,11 @@ impl<T: Topology> Backend for RedisBackend<T> {
                         .await;
                 }
                 let claimed = claimed.then_some(publish);
-                scripts::acquire(&mut con, keys, token, ttl, in_line, fence_floor, claimed).await
+                let at = scripts::Placed {
+                    in_line,
+                    sent_us: Some(sent_us),
+                };
+                scripts::acquire(&mut con, keys, token, ttl, at, fence_floor, claimed).await
             };
             let first = async {
                 if !fast {
@@ -609,6 +613,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
         self.topology.fast_path()
     }
 
+    fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
+        Box::pin(async move {
+            if !self.gate.is_verified() {
+                self.verify(keys).await?;
+            }
+            self.admit(keys, ttl).await
+        })
+    }
+
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if keys.kind.is_shared() {
@@ -656,11 +669,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 self.gate.survived(&keys.key);
                 // This client's own waiters hear it at once (others by
                 // pub/sub): the first in line if it is ours, else our first.
-                let announcement = match &released.next {
-                    Some(next) => Announcement::Next(next),
-                    None => Announcement::Free(token),
-                };
-                self.listener.wakeups.announce(&keys.channel, announcement);
+                (self.listener.wakeups).announce(&keys.channel, released.announcement(token));
             }
             Ok(released.owned)
         })

@@ -6,7 +6,12 @@
 --          once per acquisition, forgotten ARGV[3] ms after the last one
 -- KEYS[3]  the line: a list of waiting owner tokens, first come first served
 -- KEYS[4]  the places: a hash, waiting token -> until when (server ms) its
---          place is kept; a waiter renews it each time it tries
+--          place is kept; a waiter renews it each time it tries. Beside it,
+--          '~' .. token -> '<ARGV[2]>:<ARGV[3]>:<server ms of this
+--          attempt>:<ARGV[9]>' (with ARGV[9] only):
+--          what release.lua needs to hand the lock straight to this waiter
+--          (a place without it, as `lock_all` writes, is only woken); after
+--          such a handoff, 'granted' (the grant record, see below)
 -- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits,
 --          then ':' and the client's name)
 -- ARGV[2]  the lease length in milliseconds
@@ -23,9 +28,17 @@
 --          not been there: ours if nobody waits before us, else the first
 --          in line's (if a waiter saw our key, marked it and sleeps until
 --          its lease ends, `again:<first in line>` through ARGV[8] on
---          ARGV[7] wakes the first in line).
+--          ARGV[7] wakes the first in line). A key holding the caller's
+--          token while its grant record (KEYS[4]) says 'granted' was
+--          handed to it by a release, not taken by a fast SET: it is kept,
+--          and recognised as the caller's below.
 -- ARGV[7]  (claimed mode) the lock's release channel
 -- ARGV[8]  (claimed mode) the publish command: PUBLISH or SPUBLISH
+-- ARGV[9]  (optional, in line) this attempt's name: when its client sent
+--          it, in µs since its waiter started. With it, a busy reply
+--          writes the place's '~' field (see KEYS[4]), so that a release
+--          may hand the lock to this waiter; without it (a `lock_all` on
+--          Cluster), the place is only woken
 --
 -- The line marker (marker.lua): a '+' in front of the fence key's value
 -- (and of the lock key's token) says that someone may wait in line. A free
@@ -74,7 +87,7 @@ local function first_in_line()
       return head
     end
     redis.call('LPOP', KEYS[3])
-    redis.call('HDEL', KEYS[4], head)
+    redis.call('HDEL', KEYS[4], head, '~' .. head)
     head = redis.call('LINDEX', KEYS[3], '0')
   end
   if type(head) == 'table' then
@@ -96,7 +109,7 @@ local head -- the first in line; nil until looked at
 local seen = false -- a waiter marked the caller's key: it sleeps on its lease
 if ARGV[6] == '1' then
   local mine, marked = unmarked(redis.pcall('GET', KEYS[1]))
-  if mine == token then
+  if mine == token and redis.pcall('HGET', KEYS[4], '~' .. token) ~= 'granted' then
     redis.call('DEL', KEYS[1])
     seen = marked
   end
@@ -173,7 +186,7 @@ if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
   else
     if head then
       redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token)
+      redis.call('HDEL', KEYS[4], token, '~' .. token)
     end
     if redis.call('LINDEX', KEYS[3], '0') then
       mark_fence(fence)
@@ -202,6 +215,8 @@ end
 local holder_marked
 holder, holder_marked = unmarked(holder)
 if holder == token then
+  -- (Or handed to us by a release: its grant record goes.)
+  redis.call('HDEL', KEYS[4], '~' .. token)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence = typed('GET', KEYS[2])
   if type(fence) == 'table' then
@@ -234,6 +249,9 @@ if grace > 0 then
   local keep = math.max(sleep, 0) + grace
   if redis.call('HSET', KEYS[4], token, now_ms() + keep) == 1 then
     redis.call('RPUSH', KEYS[3], token)
+  end
+  if ARGV[9] then
+    redis.call('HSET', KEYS[4], '~' .. token, ARGV[2] .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. ARGV[9])
   end
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)

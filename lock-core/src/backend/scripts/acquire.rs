@@ -18,6 +18,18 @@ pub const SOURCE: &str = concat!(
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
+/// Whether an attempt keeps a place in line, and its name there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed {
+    /// A busy reply keeps (or takes) the caller's place in line.
+    pub(crate) in_line: bool,
+    /// When the attempt was sent, in µs since its waiter started: written
+    /// with the place, and named by a release that hands the lock on.
+    /// `None`: the place may not be handed the lock (a `lock_all` taking
+    /// its keys one by one on Cluster), its waiter is only woken.
+    pub(crate) sent_us: Option<u64>,
+}
+
 /// Take the lock for `ttl` if it is free and nobody waits in line before
 /// `token` (or it is already `token`'s). With `in_line`, a busy reply keeps
 /// (or takes) `token`'s place in the lock's line. A new fencing token is
@@ -30,10 +42,12 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
-    in_line: bool,
+    placed: Placed,
     fence_floor: Option<u64>,
     claimed: Option<&str>,
 ) -> Result<Acquired, ScriptError> {
+    let in_line = placed.in_line;
+    let sent_us = placed.sent_us.filter(|_| in_line);
     let mut cmd = evalsha(&SCRIPT, 4);
     cmd.arg(&keys.lock)
         .arg(&keys.fence)
@@ -46,6 +60,11 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(fence_floor.unwrap_or(0));
     if let Some(publish) = claimed {
         cmd.arg(1).arg(&keys.channel).arg(publish);
+    } else if sent_us.is_some() {
+        cmd.arg(0).arg("").arg("");
+    }
+    if let Some(sent_us) = sent_us {
+        cmd.arg(sent_us);
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

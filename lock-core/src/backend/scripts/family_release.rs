@@ -54,11 +54,13 @@ pub(crate) async fn family_release<C: ConnectionLike>(
         Value::Int(code) => Ok(Released {
             owned: Owned::from_code(code),
             next: None,
+            granted: None,
             in_background: false,
         }),
         Value::BulkString(next) => Ok(Released {
             owned: Owned::Yes,
             next: Some(String::from_utf8(next).map_err(|_| unexpected("family_release"))?),
+            granted: None,
             in_background: false,
         }),
         _ => Err(unexpected("family_release")),

@@ -45,7 +45,7 @@ pub(crate) use abandon::abandon;
 /// benchmark's `raw-scripts` floor and the model's conformance test send
 /// these by hand.
 pub use acquire::SOURCE as ACQUIRE_SOURCE;
-pub(crate) use acquire::acquire;
+pub(crate) use acquire::{Placed, acquire};
 /// The family's scripts as Redis runs them (helpers first), for the
 /// family model's conformance test (tests/model).
 pub use family_abandon::SOURCE as FAMILY_ABANDON_SOURCE;

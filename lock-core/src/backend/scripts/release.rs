@@ -7,6 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
+use crate::backend::wakeups::Announcement;
 use crate::backend::{LockKeys, Owned};
 
 /// The script's source as Redis runs it (with the shared helpers first).
@@ -24,10 +25,26 @@ pub(crate) struct Released {
     pub(crate) owned: Owned,
     /// The first waiter in line, told it is next (only when the key was deleted).
     pub(crate) next: Option<String>,
+    /// The lock was handed to the first in line: the announcement
+    /// published (`grant:…`, see [`Announcement`](crate::backend::wakeups::Announcement)).
+    pub(crate) granted: Option<String>,
     /// Not applied yet: the server asked to retry (a slot migrating, a
     /// reconnect) for longer than a caller should wait, and the release goes
     /// on in the background until it lands or the lease runs out.
     pub(crate) in_background: bool,
+}
+
+impl Released {
+    /// What this client's own waiters hear of it at once (others by
+    /// pub/sub): the grant to the first in line, the first in line named,
+    /// or the lock free (released by `token`).
+    pub(crate) fn announcement<'a>(&'a self, token: &'a str) -> Announcement<'a> {
+        match (&self.granted, &self.next) {
+            (Some(granted), _) => Announcement::parse(granted),
+            (None, Some(next)) => Announcement::Next(next),
+            (None, None) => Announcement::Free(token),
+        }
+    }
 }
 
 /// How a release is announced.
@@ -52,7 +69,8 @@ pub(crate) enum Announce {
 
 /// Delete the lock if `token` holds it (or, with a non-zero `keep`, let it
 /// expire after `keep`), announcing it on the lock's channel as `telling`
-/// says. With `mark_survival`, a released lease also leaves the survival
+/// says; a plain release announced to the line hands the lock straight to
+/// the first in line when its place allows (see `release.lua`). With `mark_survival`, a released lease also leaves the survival
 /// mark for that long (shortly after a restart or failover, see gate.rs).
 /// On one server (not Cluster), a plain release sends the script's compact
 /// form, where it names the line and channel itself (keys it is not given:
@@ -83,8 +101,11 @@ pub(crate) async fn release<C: ConnectionLike>(
         }
         return decode(invoke(&SCRIPT, &cmd, con).await?);
     }
-    let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 4 } else { 3 });
-    cmd.arg(&keys.lock).arg(&keys.line).arg(&keys.places);
+    let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 5 } else { 4 });
+    cmd.arg(&keys.lock)
+        .arg(&keys.line)
+        .arg(&keys.places)
+        .arg(&keys.fence);
     if mark_survival.is_some() {
         cmd.arg(keys.survival_mark());
     }
@@ -105,13 +126,19 @@ fn decode(reply: Value) -> Result<Released, ScriptError> {
         Value::Int(code) => Ok(Released {
             owned: Owned::from_code(code),
             next: None,
+            granted: None,
             in_background: false,
         }),
-        Value::BulkString(next) => Ok(Released {
-            owned: Owned::Yes,
-            next: Some(String::from_utf8(next).map_err(|_| unexpected("release"))?),
-            in_background: false,
-        }),
+        Value::BulkString(next) => {
+            let next = String::from_utf8(next).map_err(|_| unexpected("release"))?;
+            let granted = next.starts_with("grant:").then(|| next.clone());
+            Ok(Released {
+                owned: Owned::Yes,
+                next: if granted.is_some() { None } else { Some(next) },
+                granted,
+                in_background: false,
+            })
+        }
         _ => Err(unexpected("release")),
     }
 }

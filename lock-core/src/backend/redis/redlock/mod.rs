@@ -161,6 +161,7 @@ impl RedlockBackend {
                             // The fence must follow the client's clock.
                             fast: false,
                             after_fast: false,
+                            sent_us: 0,
                         })
                         .await
                 }

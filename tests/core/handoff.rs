@@ -1,0 +1,425 @@
+//! A release that hands the lock straight to the first in line (SPEC
+//! semantic 3, `release.lua`): the waiter has it without sending anything,
+//! and every way the handoff can go wrong is covered: the announcement
+//! lost, the waiter cancelled before it heard, the waiter crashed, a
+//! release with a keep.
+
+use std::time::Duration;
+
+use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE};
+use leasehold::LockClient;
+use redis::Value;
+
+use crate::fixture::wait_until;
+use crate::support::RedisServer;
+
+fn text(v: Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8(b).unwrap()),
+        Value::SimpleString(s) => Some(s),
+        Value::Nil => None,
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+fn int(v: Value) -> i64 {
+    match v {
+        Value::Int(n) => n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// The line's tokens.
+fn line(server: &RedisServer, key: &str) -> Vec<String> {
+    match server.cmd(&["LRANGE", &format!("leasehold:{{{key}}}:line"), "0", "-1"]) {
+        Value::Array(items) => items.into_iter().filter_map(text).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The places hash field `field` of `key`.
+fn place_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
+    text(server.cmd(&["HGET", &format!("leasehold:{{{key}}}:places"), field]))
+}
+
+/// Every command the server ran since `SLOWLOG RESET` (logged with a
+/// threshold of 0), oldest first, as argument lists.
+fn commands_logged(server: &RedisServer) -> Vec<Vec<String>> {
+    let Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "1000"]) else {
+        panic!("SLOWLOG GET");
+    };
+    let mut all: Vec<Vec<String>> = entries
+        .into_iter()
+        .map(|entry| match entry {
+            Value::Array(parts) => match parts.into_iter().nth(3) {
+                Some(Value::Array(args)) => args.into_iter().filter_map(text).collect(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    all.reverse();
+    all
+}
+
+fn log_every_command(server: &RedisServer) {
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+}
+
+/// How many of `commands` are `EVALSHA` of `source`.
+fn evalsha_of(commands: &[Vec<String>], source: &str) -> usize {
+    let sha = redis::Script::new(source).get_hash().to_owned();
+    commands
+        .iter()
+        .filter(|c| c.first().is_some_and(|n| n.eq_ignore_ascii_case("evalsha")))
+        .filter(|c| c.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&sha)))
+        .count()
+}
+
+/// A waiter of `key` on `client`, in a task; returns once it is in line
+/// (its place carries its lease, so a release may hand it the lock).
+async fn waiter_in_line(
+    server: &RedisServer,
+    client: &LockClient,
+    key: &str,
+    ttl: Duration,
+    ahead: usize,
+) -> (tokio::task::JoinHandle<leasehold::LockGuard>, String) {
+    let c = client.clone();
+    let k = key.to_owned();
+    let task = tokio::spawn(async move {
+        c.lock(&k)
+            .ttl(ttl)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap()
+    });
+    wait_until("the waiter did not take its place", || {
+        line(server, key).len() > ahead
+    })
+    .await;
+    let token = line(server, key)[ahead].clone();
+    assert!(
+        place_field(server, key, &format!("~{token}"))
+            .is_some_and(|lease| lease.starts_with(&format!("{}:", ttl.as_millis()))),
+        "a plain waiter's place carries its lease length"
+    );
+    (task, token)
+}
+
+/// The holder's release grants the lock to the first in line: the waiter
+/// holds it with no command of its own (the release is the only round
+/// trip of the handoff), with a fence above the holder's and a validity
+/// counted from before the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_first_in_line_in_one_round_trip() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_secs(20);
+    let guard = holder
+        .lock("handed")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (task, token) = waiter_in_line(&server, &waiter, "handed", ttl, 0).await;
+    // The waiter sleeps (its place taken, its sleep until the holder's
+    // expiry, 30 s away): nothing it sends from here on is an attempt the
+    // handoff did not make unnecessary.
+    let holder_fence = guard.fencing_token();
+    log_every_command(&server);
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("handed the lock, the waiter has it before the holder's lease would have ended")
+        .unwrap();
+    let commands = commands_logged(&server);
+    assert_eq!(
+        evalsha_of(&commands, RELEASE_SOURCE),
+        1,
+        "one release: {commands:?}"
+    );
+    assert_eq!(
+        evalsha_of(&commands, ACQUIRE_SOURCE),
+        0,
+        "the waiter sent no attempt after the release: {commands:?}"
+    );
+    // (The log shows the commands scripts run too: the fast attempt's is
+    // the only `SET … NX`.)
+    assert!(
+        !commands
+            .iter()
+            .any(|c| c.iter().any(|a| a.eq_ignore_ascii_case("nx"))),
+        "no fast attempt either: {commands:?}"
+    );
+    assert!(got.is_held());
+    // The lock key is the waiter's, with the waiter's lease (not the holder's).
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{handed}:lock"])).as_deref(),
+        Some(token.as_str())
+    );
+    let pttl = int(server.cmd(&["PTTL", "leasehold:{handed}:lock"]));
+    assert!(pttl > 0 && pttl <= 20_000, "the waiter's lease: {pttl} ms");
+    // A fence issued for this grant, above the holder's, and the one on the server.
+    assert!(got.fencing_token() > holder_fence);
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{handed}:fence"])),
+        Some(got.fencing_token().to_string())
+    );
+    // The validity: at most the lease less the drift allowance, counted
+    // from no later than now.
+    assert!(got.remaining() <= ttl - ttl / 100);
+    assert!(got.remaining() > ttl / 2, "{:?}", got.remaining());
+    // Its place is gone; the grant record stays until the waiter's next
+    // call would need it (the line is empty: nothing else is left).
+    assert!(line(&server, "handed").is_empty());
+    assert_eq!(place_field(&server, "handed", &token), None);
+    // The lease is renewable like any other, and given back as any other.
+    got.extend(ttl).await.unwrap();
+    got.release().await.unwrap();
+    assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{handed}:lock"])), 0);
+}
+
+/// The lock key, held by hand by a holder whose token looks like
+/// leasehold's (so that waiters mark it), expiring in `pttl`.
+fn held_by_hand(server: &RedisServer, key: &str, pttl: Duration) -> String {
+    let token = format!("{:032x}:by-hand", 0xfeed_u128);
+    server.cmd(&[
+        "SET",
+        &format!("leasehold:{{{key}}}:lock"),
+        &token,
+        "PX",
+        &pttl.as_millis().to_string(),
+    ]);
+    token
+}
+
+/// `release.lua` as the library sends it on one server (not compact), but
+/// announcing on `channel`: with another channel than the lock's, the
+/// announcement is lost for the waiters.
+fn release_by_hand(
+    server: &RedisServer,
+    key: &str,
+    token: &str,
+    keep_ms: u64,
+    channel: &str,
+) -> Value {
+    let mut con = server.connection().unwrap();
+    redis::Script::new(RELEASE_SOURCE)
+        .key(format!("leasehold:{{{key}}}:lock"))
+        .key(format!("leasehold:{{{key}}}:line"))
+        .key(format!("leasehold:{{{key}}}:places"))
+        .key(format!("leasehold:{{{key}}}:fence"))
+        .arg(token)
+        .arg(keep_ms)
+        .arg(channel)
+        .arg("PUBLISH")
+        .arg(0)
+        .invoke(&mut con)
+        .unwrap()
+}
+
+/// The grant's announcement is lost (pub/sub is lossy): the waiter finds
+/// out at its next attempt (here when its sleep ends), which recognises
+/// the lock as its own, with the grant's fence and a lease counted anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_grant_announcement_was_lost_finds_the_lock_its_own() {
+    let server = RedisServer::start();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let holder = held_by_hand(&server, "lost", Duration::from_millis(1500));
+    let ttl = Duration::from_secs(20);
+    let (task, token) = waiter_in_line(&server, &waiter, "lost", ttl, 0).await;
+    let granted = text(release_by_hand(
+        &server,
+        "lost",
+        &holder,
+        0,
+        "nobody-listens",
+    ))
+    .unwrap();
+    let fence: u64 = granted
+        .strip_prefix("grant:")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("a grant: {granted}"));
+    assert!(granted.ends_with(&format!(":{token}")), "{granted}");
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{lost}:lock"])).as_deref(),
+        Some(token.as_str()),
+        "handed to the waiter"
+    );
+    let got = task.await.unwrap();
+    assert_eq!(
+        got.fencing_token(),
+        fence,
+        "the grant's fence, not a new one"
+    );
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{lost}:lock"])).as_deref(),
+        Some(token.as_str())
+    );
+    // Recognised: the grant record is gone, the lease runs from that attempt.
+    assert_eq!(place_field(&server, "lost", &format!("~{token}")), None);
+    let pttl = int(server.cmd(&["PTTL", "leasehold:{lost}:lock"]));
+    assert!(pttl > 10_000, "{pttl}");
+    got.release().await.unwrap();
+}
+
+/// A waiter cancelled after the release handed it the lock but before it
+/// heard (its announcement lost) gives the lock back at once: the next in
+/// line gets it long before the cancelled waiter's lease would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_after_its_grant_gives_the_lock_back() {
+    let server = RedisServer::start();
+    let first = LockClient::connect(&server.url()).await.unwrap();
+    let second = LockClient::connect(&server.url()).await.unwrap();
+    let holder = held_by_hand(&server, "cancel", Duration::from_secs(60));
+    let (cancelled, token) =
+        waiter_in_line(&server, &first, "cancel", Duration::from_secs(60), 0).await;
+    let (next, _) = waiter_in_line(&server, &second, "cancel", Duration::from_secs(60), 1).await;
+    let granted = text(release_by_hand(
+        &server,
+        "cancel",
+        &holder,
+        0,
+        "nobody-listens",
+    ))
+    .unwrap();
+    assert!(granted.ends_with(&format!(":{token}")), "{granted}");
+    // Others wait behind: the handed lock carries the line marker.
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{cancel}:lock"])),
+        Some(format!("+{token}"))
+    );
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    let got = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the cancelled waiter gave the lock back (its lease is 60 s)")
+        .unwrap();
+    assert!(got.is_held());
+    assert_eq!(place_field(&server, "cancel", &format!("~{token}")), None);
+    got.release().await.unwrap();
+}
+
+/// A waiter that crashed after taking its place: a handed lock expires at
+/// the lease the waiter asked for; a place that lapsed is never handed one.
+#[tokio::test]
+async fn a_crashed_waiters_handed_lock_expires_at_its_lease() {
+    let server = RedisServer::start();
+    let holder = held_by_hand(&server, "crash", Duration::from_secs(60));
+    let now_ms = now_ms(&server);
+    // Two dead waiters, as acquire.lua writes them: the first's place has
+    // lapsed, the second's is kept, its lease 1500 ms.
+    for (dead, until) in [("dead-1", now_ms - 1), ("dead-2", now_ms + 60_000)] {
+        server.cmd(&["RPUSH", "leasehold:{crash}:line", dead]);
+        server.cmd(&["HSET", "leasehold:{crash}:places", dead, &until.to_string()]);
+        server.cmd(&[
+            "HSET",
+            "leasehold:{crash}:places",
+            &format!("~{dead}"),
+            &format!("1500:3601500:{now_ms}:0"),
+        ]);
+    }
+    server.cmd(&[
+        "SET",
+        "leasehold:{crash}:lock",
+        &format!("+{holder}"),
+        "KEEPTTL",
+    ]);
+    let granted = text(release_by_hand(
+        &server,
+        "crash",
+        &holder,
+        0,
+        "nobody-listens",
+    ))
+    .unwrap();
+    assert!(
+        granted.ends_with(":dead-2"),
+        "the lapsed place is skipped: {granted}"
+    );
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{crash}:lock"])).as_deref(),
+        Some("dead-2")
+    );
+    let pttl = int(server.cmd(&["PTTL", "leasehold:{crash}:lock"]));
+    assert!(pttl > 0 && pttl <= 1500, "{pttl}");
+    assert_eq!(place_field(&server, "crash", "dead-1"), None);
+    assert!(line(&server, "crash").is_empty());
+}
+
+/// A place without a lease length (a `lock_all` waiter's) is only woken,
+/// as before; so is every waiter of a release with a keep (`at_least`).
+#[tokio::test]
+async fn places_without_a_lease_and_releases_with_a_keep_hand_nothing_on() {
+    let server = RedisServer::start();
+    let now_ms = now_ms(&server);
+    // A plain place (no '~' field) first in line.
+    let holder = held_by_hand(&server, "plain", Duration::from_secs(60));
+    server.cmd(&["RPUSH", "leasehold:{plain}:line", "all-waiter"]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{plain}:places",
+        "all-waiter",
+        &(now_ms + 60_000).to_string(),
+    ]);
+    server.cmd(&[
+        "SET",
+        "leasehold:{plain}:lock",
+        &format!("+{holder}"),
+        "KEEPTTL",
+    ]);
+    let reply = release_by_hand(&server, "plain", &holder, 0, "c");
+    assert_eq!(
+        text(reply).as_deref(),
+        Some("all-waiter"),
+        "named, not handed"
+    );
+    assert_eq!(int(server.cmd(&["EXISTS", "leasehold:{plain}:lock"])), 0);
+    assert_eq!(line(&server, "plain"), ["all-waiter"]);
+
+    // A keep: the holder's key stays (to expire after the keep).
+    let holder = held_by_hand(&server, "kept", Duration::from_secs(60));
+    server.cmd(&["RPUSH", "leasehold:{kept}:line", "w"]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{kept}:places",
+        "w",
+        &(now_ms + 60_000).to_string(),
+    ]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{kept}:places",
+        "~w",
+        &format!("1500:3601500:{now_ms}:0"),
+    ]);
+    server.cmd(&[
+        "SET",
+        "leasehold:{kept}:lock",
+        &format!("+{holder}"),
+        "KEEPTTL",
+    ]);
+    let reply = release_by_hand(&server, "kept", &holder, 5_000, "c");
+    assert_eq!(int(reply), 1);
+    assert_eq!(
+        text(server.cmd(&["GET", "leasehold:{kept}:lock"])),
+        Some(format!("+{holder}"))
+    );
+    assert_eq!(line(&server, "kept"), ["w"]);
+}
+
+fn now_ms(server: &RedisServer) -> i64 {
+    match server.cmd(&["TIME"]) {
+        Value::Array(v) => {
+            let s: i64 = text(v[0].clone()).unwrap().parse().unwrap();
+            let us: i64 = text(v[1].clone()).unwrap().parse().unwrap();
+            s * 1000 + us / 1000
+        }
+        other => panic!("{other:?}"),
+    }
+}
