@@ -134,11 +134,11 @@ impl<'a> Waiter<'a> {
     /// lock's channel) is returned instead: no retry fixes it, and it would
     /// otherwise go unseen while every wait lasts until the lease runs out.
     pub(crate) async fn listen(&mut self) -> Result<(), LockError> {
-        let wakeup = self.backend.wakeups().join(&self.keys.channel, self.token);
+        let wakeup = self.backend.wakeups().join(self.keys.channel(), self.token);
         // A `lock_all` waiter waits in the line of whichever of its keys is
         // busy: it hears the releases of all of them.
         for other in others(self.keys) {
-            (self.backend.wakeups()).join_with(&other.channel, self.token, wakeup.clone());
+            (self.backend.wakeups()).join_with(other.channel(), self.token, wakeup.clone());
         }
         self.wakeup = Some(wakeup);
         // Before the await: dropped while subscribing, the subscription
@@ -180,7 +180,7 @@ impl<'a> Waiter<'a> {
     /// the grant may have happened (its lease counts from then).
     pub(crate) fn take_grant(&self) -> Option<(u64, Instant)> {
         self.wakeup.as_ref()?;
-        let grant = (self.backend.wakeups()).take_grant(&self.keys.channel, self.token)?;
+        let grant = (self.backend.wakeups()).take_grant(self.keys.channel(), self.token)?;
         let sent = (self.started).checked_add(Duration::from_micros(grant.attempt_sent_us))?;
         Some((grant.fence, granted_at(sent, grant.since_attempt_ms)))
     }
@@ -204,7 +204,7 @@ impl Drop for Waiter<'_> {
                 // One that leaves without the lock passes its local turn on.
                 self.backend
                     .wakeups()
-                    .leave(&keys.channel, self.token, !self.done);
+                    .leave(keys.channel(), self.token, !self.done);
             }
             if self.listening {
                 self.backend.unlisten(keys);
@@ -220,8 +220,11 @@ impl Drop for Waiter<'_> {
 /// granted (SPEC semantic 3): the attempt its place was last written by was
 /// sent at `sent`, the server ran it and, `since_ms` of server time later,
 /// the grant; so the grant was no earlier than `sent + since_ms` here (and
-/// never later than now).
+/// never later than now). Less one millisecond: both server readings are
+/// whole milliseconds (truncated), so the server time between them may be
+/// up to a millisecond short of their difference.
 fn granted_at(sent: Instant, since_ms: i64) -> Instant {
+    let since_ms = since_ms.saturating_sub(1);
     let since = Duration::from_millis(since_ms.unsigned_abs());
     let at = if since_ms >= 0 {
         sent.checked_add(since).unwrap_or(sent)
@@ -251,9 +254,10 @@ mod tests {
         let sent = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
         let waited = now.duration_since(sent);
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(0);
-        // 200 ms of server time from the attempt to the grant.
+        // 200 ms of server time from the attempt to the grant (whole
+        // milliseconds: it may have been 199.001).
         if waited >= Duration::from_millis(200) {
-            assert_eq!(granted_at(sent, 200), sent + Duration::from_millis(200));
+            assert_eq!(granted_at(sent, 200), sent + Duration::from_millis(199));
         }
         // Never later than now (a server clock running fast).
         assert!(granted_at(sent, ms(waited) + 60_000) <= Instant::now());

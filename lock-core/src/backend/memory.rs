@@ -162,13 +162,13 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut table = self.table();
         table.sweep(now);
-        let head = table.head(&keys.line, now);
-        let busy_for = match (&head, table.live(&keys.lock, now)) {
+        let head = table.head(keys.line(), now);
+        let busy_for = match (&head, table.live(keys.lock(), now)) {
             // Ours already (a retried call).
             (_, Some(entry)) if entry.token == token => {
                 entry.expires_at = now + ttl;
-                table.leave_line(&keys.line, token);
-                let fence = table.fences.get(&keys.fence).map_or(0, |&(f, _)| f);
+                table.leave_line(keys.line(), token);
+                let fence = table.fences.get(keys.fence()).map_or(0, |&(f, _)| f);
                 return Acquired::Yes { fence };
             }
             (_, Some(entry)) => Some(entry.expires_at - now),
@@ -178,16 +178,16 @@ impl MemoryBackend {
         };
         if let Some(sleep) = busy_for {
             if in_line {
-                table.wait_in_line(&keys.line, token, now, sleep);
+                table.wait_in_line(keys.line(), token, now, sleep);
             }
             return Acquired::Busy {
                 expires_in: Some(sleep),
             };
         }
-        table.leave_line(&keys.line, token);
-        let fence = table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY);
+        table.leave_line(keys.line(), token);
+        let fence = table.next_fence(keys.fence(), now, now + ttl + FENCE_MEMORY);
         table.locks.insert(
-            keys.lock.clone(),
+            keys.lock().to_owned(),
             Entry {
                 token: token.to_owned(),
                 expires_at: now + ttl,
@@ -200,17 +200,17 @@ impl MemoryBackend {
         let now = Instant::now();
         let next = {
             let mut table = self.table();
-            match table.live(&keys.lock, now) {
+            match table.live(keys.lock(), now) {
                 Some(entry) if entry.token == token => {
                     if keep.is_zero() {
-                        table.locks.remove(&keys.lock);
+                        table.locks.remove(keys.lock());
                     } else {
                         entry.expires_at = now + keep;
                     }
                 }
                 _ => return Owned::No,
             }
-            table.head(&keys.line, now).map(|(next, _)| next)
+            table.head(keys.line(), now).map(|(next, _)| next)
         };
         // With a keep, the woken waiter finds it still taken and learns
         // until when.
@@ -218,7 +218,7 @@ impl MemoryBackend {
             Some(next) => Announcement::Next(next),
             None => Announcement::Free(token),
         };
-        self.wakeups.announce(&keys.channel, announcement);
+        self.wakeups.announce(keys.channel(), announcement);
         Owned::Yes
     }
 
@@ -227,24 +227,24 @@ impl MemoryBackend {
         let (held, next) = {
             let mut table = self.table();
             let held = table
-                .live(&keys.lock, now)
+                .live(keys.lock(), now)
                 .is_some_and(|entry| entry.token == token);
             if held {
-                table.locks.remove(&keys.lock);
+                table.locks.remove(keys.lock());
             }
-            let left = table.leave_line(&keys.line, token);
-            if !(held || left) || table.live(&keys.lock, now).is_some() {
+            let left = table.leave_line(keys.line(), token);
+            if !(held || left) || table.live(keys.lock(), now).is_some() {
                 return;
             }
-            (held, table.head(&keys.line, now))
+            (held, table.head(keys.line(), now))
         };
         match next {
             Some((next, _)) => self
                 .wakeups
-                .announce(&keys.channel, Announcement::Next(&next)),
+                .announce(keys.channel(), Announcement::Next(&next)),
             None if held => self
                 .wakeups
-                .announce(&keys.channel, Announcement::Free(token)),
+                .announce(keys.channel(), Announcement::Free(token)),
             None => {}
         }
     }
@@ -254,7 +254,7 @@ impl MemoryBackend {
         let mut table = self.table();
         batch
             .iter()
-            .map(|item| match table.live(&item.keys.lock, now) {
+            .map(|item| match table.live(item.keys.lock(), now) {
                 _ if family::is_family(&item.keys.kind) => {
                     Self::family_renew(&mut table, item, now)
                 }
@@ -265,7 +265,7 @@ impl MemoryBackend {
                     }
                     Owned::Yes
                 }
-                _ => match table.forced.get(&item.keys.lock) {
+                _ => match table.forced.get(item.keys.lock()) {
                     Some((token, until)) if *token == *item.token && *until > now => {
                         Owned::ForceReleased
                     }
@@ -278,11 +278,11 @@ impl MemoryBackend {
     fn inspect_now(&self, keys: &LockKeys) -> Option<Inspected> {
         let now = Instant::now();
         let mut table = self.table();
-        if table.families.contains_key(&keys.lock) {
+        if table.families.contains_key(keys.lock()) {
             return Self::family_inspect(&mut table, keys, now);
         }
         let (token, expires_at) = {
-            let entry = table.live(&keys.lock, now)?;
+            let entry = table.live(keys.lock(), now)?;
             (entry.token.clone(), entry.expires_at)
         };
         Some(Inspected {
@@ -291,10 +291,10 @@ impl MemoryBackend {
             ttl: expires_at - now,
             fence: table
                 .fences
-                .get(&keys.fence)
+                .get(keys.fence())
                 .filter(|(_, until)| *until > now)
                 .map_or(0, |&(fence, _)| fence),
-            waiters: table.lines.get(&keys.line).map_or(0, |line| {
+            waiters: table.lines.get(keys.line()).map_or(0, |line| {
                 line.iter().filter(|(_, kept)| *kept > now).count()
             }),
             shared: Vec::new(),
@@ -329,22 +329,22 @@ impl MemoryBackend {
         }
         let (holder, next) = {
             let mut table = self.table();
-            let Some(entry) = table.live(&keys.lock, now) else {
+            let Some(entry) = table.live(keys.lock(), now) else {
                 return false;
             };
             let holder = entry.token.clone();
             let marker_until = entry.expires_at.max(now + MIN_FORCED_MARKER);
-            table.locks.remove(&keys.lock);
+            table.locks.remove(keys.lock());
             table
                 .forced
-                .insert(keys.lock.clone(), (holder.clone(), marker_until));
-            (holder, table.head(&keys.line, now).map(|(next, _)| next))
+                .insert(keys.lock().to_owned(), (holder.clone(), marker_until));
+            (holder, table.head(keys.line(), now).map(|(next, _)| next))
         };
         let announcement = match &next {
             Some(next) => Announcement::Next(next),
             None => Announcement::Free(&holder),
         };
-        self.wakeups.announce(&keys.channel, announcement);
+        self.wakeups.announce(keys.channel(), announcement);
         true
     }
 }
@@ -360,10 +360,10 @@ impl Backend for MemoryBackend {
             let outcome = self.all_acquire(all, token, ttl, in_line);
             return Box::pin(async move { outcome });
         }
-        if self.table().family_held(&keys.lock, Instant::now()) {
+        if self.table().family_held(keys.lock(), Instant::now()) {
             let wrong = LockError::WrongType {
                 key: keys.key.clone(),
-                redis_key: keys.lock.clone(),
+                redis_key: keys.lock().to_owned(),
             };
             return Box::pin(async move { Err(wrong) });
         }

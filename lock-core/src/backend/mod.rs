@@ -132,40 +132,43 @@ impl<'a> Release<'a> {
     }
 }
 
-/// The Redis names of one lock (the "Data layout" table in `lib.rs`).
+/// The Redis names of one lock (the "Data layout" table in `lib.rs`):
+/// `P{K}:lock`, `P{K}:fence`, `P{K}:line`, `P{K}:places` and the channel
+/// `P{K}:released`, kept back to back in one allocation (built on every
+/// acquisition and held by every lease: one string, not five).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
     /// The key as the user gave it (without prefix), for messages.
     pub(crate) key: String,
-    pub(crate) lock: String,
-    pub(crate) fence: String,
-    pub(crate) line: String,
-    pub(crate) places: String,
-    pub(crate) channel: String,
+    /// The five names, in the order of [`SUFFIXES`].
+    names: Box<str>,
+    /// The length of `P{K}`, the stem every name starts with.
+    stem: usize,
     /// Which primitive these names belong to (a plain lock unless built by
     /// [`LockKeys::of_kind`]).
     pub(crate) kind: family::Kind,
 }
 
+/// The names' suffixes, in their order in [`LockKeys`]'s `names`.
+const SUFFIXES: [&str; 5] = [":lock", ":fence", ":line", ":places", ":released"];
+
 impl LockKeys {
     pub(crate) fn new(prefix: &str, key: &str) -> LockKeys {
-        // On every acquisition: plain pushes, not `format!`.
-        let named = |suffix: &str| {
-            let mut name = String::with_capacity(prefix.len() + key.len() + 2 + suffix.len());
-            name.push_str(prefix);
-            name.push('{');
-            name.push_str(key);
-            name.push('}');
-            name.push_str(suffix);
-            name
-        };
+        // On every acquisition: plain pushes into one string, not `format!`.
+        let stem = prefix.len() + key.len() + 2;
+        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
+        let mut names = String::with_capacity(stem * SUFFIXES.len() + suffixes);
+        for suffix in SUFFIXES {
+            names.push_str(prefix);
+            names.push('{');
+            names.push_str(key);
+            names.push('}');
+            names.push_str(suffix);
+        }
         LockKeys {
             key: key.to_owned(),
-            lock: named(":lock"),
-            fence: named(":fence"),
-            line: named(":line"),
-            places: named(":places"),
-            channel: named(":released"),
+            names: names.into_boxed_str(),
+            stem,
             kind: family::Kind::Lock,
         }
     }
@@ -177,13 +180,46 @@ impl LockKeys {
             ..LockKeys::new(prefix, key)
         }
     }
+
+    /// The `i`th name of [`SUFFIXES`].
+    fn name(&self, i: usize) -> &str {
+        let start: usize = SUFFIXES[..i].iter().map(|s| self.stem + s.len()).sum();
+        let end = start + self.stem + SUFFIXES[i].len();
+        self.names.get(start..end).unwrap_or_default()
+    }
+
+    /// `P{K}:lock`: the lock (a string: the owner token), or a semaphore's
+    /// or rw lock's holders (a hash).
+    pub(crate) fn lock(&self) -> &str {
+        self.name(0)
+    }
+
+    /// `P{K}:fence`: the last fencing token written.
+    pub(crate) fn fence(&self) -> &str {
+        self.name(1)
+    }
+
+    /// `P{K}:line`: the waiters' line.
+    pub(crate) fn line(&self) -> &str {
+        self.name(2)
+    }
+
+    /// `P{K}:places`: the waiters' places.
+    pub(crate) fn places(&self) -> &str {
+        self.name(3)
+    }
+
+    /// `P{K}:released`: the release channel.
+    pub(crate) fn channel(&self) -> &str {
+        self.name(4)
+    }
 }
 
 impl LockKeys {
     /// `P{K}:grant`: the record of the holder's fencing token, written a
     /// moment after a grant that did not write it (see `scripts/fast.rs`).
     pub(crate) fn grant_record(&self) -> String {
-        let stem = self.lock.strip_suffix(":lock").unwrap_or(&self.lock);
+        let stem = self.names.get(..self.stem).unwrap_or_default();
         let mut name = String::with_capacity(stem.len() + 6);
         name.push_str(stem);
         name.push_str(":grant");
@@ -193,7 +229,7 @@ impl LockKeys {
     /// `P{K}:survived`, built when needed (rarely: shortly after a restart
     /// or failover), not on every acquisition.
     pub(crate) fn survival_mark(&self) -> String {
-        let stem = self.lock.strip_suffix(":lock").unwrap_or(&self.lock);
+        let stem = self.names.get(..self.stem).unwrap_or_default();
         let mut name = String::with_capacity(stem.len() + 9);
         name.push_str(stem);
         name.push_str(":survived");
@@ -243,7 +279,7 @@ impl Owned {
             }),
             Owned::WrongType => Err(LockError::WrongType {
                 key: keys.key.clone(),
-                redis_key: keys.lock.clone(),
+                redis_key: keys.lock().to_owned(),
             }),
         }
     }

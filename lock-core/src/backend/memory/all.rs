@@ -30,14 +30,14 @@ impl MemoryBackend {
         // Our places, and those still kept.
         let (mut present, mut live) = (0, 0);
         for keys in &all.keys {
-            if table.family_held(&keys.lock, now) {
+            if table.family_held(keys.lock(), now) {
                 return Err(LockError::WrongType {
                     key: keys.key.clone(),
-                    redis_key: keys.lock.clone(),
+                    redis_key: keys.lock().to_owned(),
                 });
             }
-            let head = table.head(&keys.line, now);
-            let busy_for = match (&head, table.live(&keys.lock, now)) {
+            let head = table.head(keys.line(), now);
+            let busy_for = match (&head, table.live(keys.lock(), now)) {
                 (_, Some(entry)) if entry.token == token => None,
                 (_, Some(entry)) => Some(entry.expires_at - now),
                 (Some((first, kept)), None) if first != token => Some(*kept - now),
@@ -47,7 +47,7 @@ impl MemoryBackend {
                 blocked = true;
                 sleep = sleep.max(wait);
             }
-            if let Some(kept) = table.place_of(&keys.line, token) {
+            if let Some(kept) = table.place_of(keys.line(), token) {
                 present += 1;
                 if kept > now {
                     live += 1;
@@ -67,26 +67,28 @@ impl MemoryBackend {
             let mut told = Vec::new();
             for keys in &all.keys {
                 let held = table
-                    .live(&keys.lock, now)
+                    .live(keys.lock(), now)
                     .is_some_and(|entry| entry.token == token);
                 if held {
-                    table.locks.remove(&keys.lock);
+                    table.locks.remove(keys.lock());
                 }
-                let was_first = table.head(&keys.line, now).is_some_and(|(t, _)| t == token);
-                let left = rejoin && table.leave_line(&keys.line, token);
+                let was_first = table
+                    .head(keys.line(), now)
+                    .is_some_and(|(t, _)| t == token);
+                let left = rejoin && table.leave_line(keys.line(), token);
                 if (held || (left && was_first))
-                    && table.live(&keys.lock, now).is_none()
-                    && let Some((next, _)) = table.head(&keys.line, now)
+                    && table.live(keys.lock(), now).is_none()
+                    && let Some((next, _)) = table.head(keys.line(), now)
                     && next != token
                 {
-                    told.push((keys.channel.clone(), next));
+                    told.push((keys.channel().to_owned(), next));
                 }
             }
             // With a wait, a place in every line (first come, first served
             // across the keys, see `scripts/lock_all.lua`).
             if in_line {
                 for keys in &all.keys {
-                    table.wait_in_line(&keys.line, token, now, sleep);
+                    table.wait_in_line(keys.line(), token, now, sleep);
                 }
             }
             drop(table);
@@ -99,17 +101,17 @@ impl MemoryBackend {
         }
         let mut fences = Vec::with_capacity(all.keys.len());
         for keys in &all.keys {
-            table.leave_line(&keys.line, token);
+            table.leave_line(keys.line(), token);
             let ours = table
-                .live(&keys.lock, now)
+                .live(keys.lock(), now)
                 .is_some_and(|entry| entry.token == token);
             let fence = if ours {
-                table.fences.get(&keys.fence).map_or(0, |&(f, _)| f)
+                table.fences.get(keys.fence()).map_or(0, |&(f, _)| f)
             } else {
-                table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY)
+                table.next_fence(keys.fence(), now, now + ttl + FENCE_MEMORY)
             };
             table.locks.insert(
-                keys.lock.clone(),
+                keys.lock().to_owned(),
                 super::Entry {
                     token: token.to_owned(),
                     expires_at: now + ttl,

@@ -88,7 +88,7 @@ impl Family {
 fn wrong_type(keys: &LockKeys) -> LockError {
     LockError::WrongType {
         key: keys.key.clone(),
-        redis_key: keys.lock.clone(),
+        redis_key: keys.lock().to_owned(),
     }
 }
 
@@ -117,10 +117,10 @@ impl MemoryBackend {
         let now = Instant::now();
         let (outcome, next) = {
             let mut table = self.table();
-            if table.live(&keys.lock, now).is_some() {
+            if table.live(keys.lock(), now).is_some() {
                 return Err(wrong_type(keys));
             }
-            let mut family = table.families.remove(&keys.lock).unwrap_or_default();
+            let mut family = table.families.remove(keys.lock()).unwrap_or_default();
             let outcome = Self::family_attempt(
                 &mut table,
                 &mut family,
@@ -135,13 +135,13 @@ impl MemoryBackend {
                 _ => None,
             };
             if !family.is_empty() {
-                table.families.insert(keys.lock.clone(), family);
+                table.families.insert(keys.lock().to_owned(), family);
             }
             (outcome, next)
         };
         if let Some(next) = next {
             self.wakeups
-                .announce(&keys.channel, Announcement::Next(&next));
+                .announce(keys.channel(), Announcement::Next(&next));
         }
         outcome
     }
@@ -171,7 +171,7 @@ impl MemoryBackend {
             if position < family.line.len() {
                 family.line.remove(position);
             }
-            let fence = table.next_fence(&keys.fence, now, now + ttl + FENCE_MEMORY);
+            let fence = table.next_fence(keys.fence(), now, now + ttl + FENCE_MEMORY);
             family.holders.push(Holder {
                 token: token.to_owned(),
                 letter,
@@ -212,7 +212,7 @@ impl MemoryBackend {
         let permits = keys.kind.permits();
         let next = {
             let mut table = self.table();
-            let Some(family) = table.families.get_mut(&keys.lock) else {
+            let Some(family) = table.families.get_mut(keys.lock()) else {
                 return Owned::No;
             };
             family.holders.retain(|h| h.until > now);
@@ -227,13 +227,13 @@ impl MemoryBackend {
             family.line.retain(|p| p.kept > now);
             let next = family.next_to_go(permits);
             if family.is_empty() {
-                table.families.remove(&keys.lock);
+                table.families.remove(keys.lock());
             }
             next
         };
         if let Some(next) = next {
             self.wakeups
-                .announce(&keys.channel, Announcement::Next(&next));
+                .announce(keys.channel(), Announcement::Next(&next));
         }
         Owned::Yes
     }
@@ -243,7 +243,7 @@ impl MemoryBackend {
         let now = Instant::now();
         let next = {
             let mut table = self.table();
-            let Some(family) = table.families.get_mut(&keys.lock) else {
+            let Some(family) = table.families.get_mut(keys.lock()) else {
                 return;
             };
             let before = family.holders.len() + family.line.len();
@@ -252,13 +252,13 @@ impl MemoryBackend {
             let next = family.next_to_go(keys.kind.permits());
             let changed = family.holders.len() + family.line.len() < before;
             if family.is_empty() {
-                table.families.remove(&keys.lock);
+                table.families.remove(keys.lock());
             }
             next.filter(|_| changed)
         };
         if let Some(next) = next {
             self.wakeups
-                .announce(&keys.channel, Announcement::Next(&next));
+                .announce(keys.channel(), Announcement::Next(&next));
         }
     }
 
@@ -268,7 +268,7 @@ impl MemoryBackend {
         keys: &LockKeys,
         now: Instant,
     ) -> Option<Inspected> {
-        let family = table.families.get(&keys.lock)?;
+        let family = table.families.get(keys.lock())?;
         let holders = family
             .holders
             .iter()
@@ -289,13 +289,13 @@ impl MemoryBackend {
     pub(super) fn family_force_release(&self, keys: &LockKeys, now: Instant) -> Option<bool> {
         let next = {
             let mut table = self.table();
-            let family = table.families.get_mut(&keys.lock)?;
+            let family = table.families.get_mut(keys.lock())?;
             family.holders.retain(|h| h.until > now);
             family.line.retain(|p| p.kept > now);
             let holders = std::mem::take(&mut family.holders);
             let next = family.line.front().map(|p| p.token.clone());
             if family.is_empty() {
-                table.families.remove(&keys.lock);
+                table.families.remove(keys.lock());
             }
             if holders.is_empty() {
                 return Some(false);
@@ -303,7 +303,7 @@ impl MemoryBackend {
             for holder in holders {
                 let until = holder.until.max(now + super::MIN_FORCED_MARKER);
                 table.forced.insert(
-                    forced_name(&keys.lock, &holder.token),
+                    forced_name(keys.lock(), &holder.token),
                     (holder.token, until),
                 );
             }
@@ -311,14 +311,14 @@ impl MemoryBackend {
         };
         if let Some(next) = next {
             self.wakeups
-                .announce(&keys.channel, Announcement::Next(&next));
+                .announce(keys.channel(), Announcement::Next(&next));
         }
         Some(true)
     }
 
     /// Renew one permit or side (a check only with a zero TTL).
     pub(super) fn family_renew(table: &mut Table, item: &Renewal, now: Instant) -> Owned {
-        let held = table.families.get_mut(&item.keys.lock).and_then(|family| {
+        let held = table.families.get_mut(item.keys.lock()).and_then(|family| {
             family
                 .holders
                 .iter_mut()
@@ -331,7 +331,10 @@ impl MemoryBackend {
                 }
                 Owned::Yes
             }
-            None => match table.forced.get(&forced_name(&item.keys.lock, &item.token)) {
+            None => match table
+                .forced
+                .get(&forced_name(item.keys.lock(), &item.token))
+            {
                 Some((token, until)) if *token == *item.token && *until > now => {
                     Owned::ForceReleased
                 }

@@ -114,7 +114,7 @@ impl Cluster {
         let mut groups: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (index, item) in batch.iter().enumerate() {
             groups
-                .entry(Slot::for_key(item.keys.lock.as_bytes()))
+                .entry(Slot::for_key(item.keys.lock().as_bytes()))
                 .or_default()
                 .push(index);
         }

@@ -47,7 +47,7 @@ impl<T: Topology> RedisBackend<T> {
             if let Some(next) = &released.next {
                 self.listener
                     .wakeups
-                    .announce(&keys.channel, Announcement::Next(next));
+                    .announce(keys.channel(), Announcement::Next(next));
             }
         }
         Ok(released.owned)
@@ -81,7 +81,7 @@ impl<T: Topology> RedisBackend<T> {
         in_line: bool,
     ) -> Result<Acquired, ScriptError> {
         let publish = self.topology.publish();
-        let names: Vec<&str> = all.keys.iter().map(|k| k.lock.as_str()).collect();
+        let names: Vec<&str> = all.keys.iter().map(|k| k.lock()).collect();
         if self.topology.same_slot(&names) {
             return scripts::lock_all(con, all, token, ttl, in_line, publish).await;
         }
@@ -136,7 +136,7 @@ impl<T: Topology> RedisBackend<T> {
                 .await?;
             if released.owned == Owned::Yes && !released.in_background {
                 self.gate.survived(&keys.key);
-                (self.listener.wakeups).announce(&keys.channel, released.announcement(token));
+                (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
             }
             if outcome == Owned::Yes {
                 outcome = released.owned;

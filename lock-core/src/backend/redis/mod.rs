@@ -300,7 +300,7 @@ impl<T: Topology> RedisBackend<T> {
         let exists = self
             .call(|mut con| async move {
                 redis::cmd("EXISTS")
-                    .arg(&keys.lock)
+                    .arg(keys.lock())
                     .arg(mark)
                     .query_async::<bool>(&mut con)
                     .await
@@ -395,7 +395,7 @@ impl<T: Topology> RedisBackend<T> {
                     }
                     Ok(released) => {
                         if released.owned == Owned::Yes {
-                            wakeups.announce(&keys.channel, released.announcement(&token));
+                            wakeups.announce(keys.channel(), released.announcement(&token));
                         }
                         return;
                     }
@@ -431,7 +431,7 @@ impl<T: Topology> RedisBackend<T> {
                 .await;
             let seen = match found {
                 // Not a string: a semaphore or rw lock (a hash of holders)?
-                Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+                Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock() => {
                     return self.family_inspect(keys).await;
                 }
                 other => other.map_err(|e| e.into_lock_error(&self.server, keys))?,
@@ -480,7 +480,7 @@ impl<T: Topology> RedisBackend<T> {
             .await
         {
             // Not a string: a semaphore or rw lock (a hash of holders)?
-            Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock => {
+            Err(ScriptError::WrongType { redis_key }) if redis_key == keys.lock() => {
                 self.call(|mut con| async move {
                     scripts::family_force_release(&mut con, keys, publish).await
                 })
@@ -497,7 +497,7 @@ impl<T: Topology> RedisBackend<T> {
             Some(next) => Announcement::Next(next),
             None => Announcement::Free(&holder),
         };
-        self.listener.wakeups.announce(&keys.channel, announcement);
+        self.listener.wakeups.announce(keys.channel(), announcement);
         Ok(Some(holder))
     }
 
@@ -643,7 +643,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 Ok(true) => self
                     .listener
                     .wakeups
-                    .announce(&keys.channel, Announcement::Free(token)),
+                    .announce(keys.channel(), Announcement::Free(token)),
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
@@ -669,7 +669,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 self.gate.survived(&keys.key);
                 // This client's own waiters hear it at once (others by
                 // pub/sub): the first in line if it is ours, else our first.
-                (self.listener.wakeups).announce(&keys.channel, released.announcement(token));
+                (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
             }
             Ok(released.owned)
         })
@@ -728,13 +728,13 @@ impl<T: Topology> Backend for RedisBackend<T> {
     }
 
     fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()> {
-        Box::pin(self.listener.listen(&keys.channel, || {
+        Box::pin(self.listener.listen(keys.channel(), || {
             self.topology.start_listener(self.listener.wakeups.clone())
         }))
     }
 
     fn unlisten(&self, keys: &LockKeys) {
-        self.listener.unlisten(&keys.channel);
+        self.listener.unlisten(keys.channel());
     }
 
     fn sync_replicas<'a>(

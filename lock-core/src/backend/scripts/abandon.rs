@@ -25,11 +25,11 @@ pub(crate) async fn abandon<C: ConnectionLike>(
     publish: &str,
 ) -> Result<bool, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
-        .arg(&keys.places)
+    cmd.arg(keys.lock())
+        .arg(keys.line())
+        .arg(keys.places())
         .arg(token)
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .arg(publish);
     let held: i64 = invoke(&SCRIPT, &cmd, con).await?;
     Ok(held == 1)

@@ -49,17 +49,17 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     let in_line = placed.in_line;
     let sent_us = placed.sent_us.filter(|_| in_line);
     let mut cmd = evalsha(&SCRIPT, 4);
-    cmd.arg(&keys.lock)
-        .arg(&keys.fence)
-        .arg(&keys.line)
-        .arg(&keys.places)
+    cmd.arg(keys.lock())
+        .arg(keys.fence())
+        .arg(keys.line())
+        .arg(keys.places())
         .arg(token)
         .arg(millis(ttl))
         .arg(millis(ttl + FENCE_MEMORY))
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(fence_floor.unwrap_or(0));
     if let Some(publish) = claimed {
-        cmd.arg(1).arg(&keys.channel).arg(publish);
+        cmd.arg(1).arg(keys.channel()).arg(publish);
     } else if sent_us.is_some() {
         cmd.arg(0).arg("").arg("");
     }

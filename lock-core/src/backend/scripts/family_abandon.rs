@@ -28,13 +28,13 @@ pub(crate) async fn family_abandon<C: ConnectionLike>(
         .letter()
         .ok_or_else(|| unexpected("family_abandon"))?;
     let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
-        .arg(&keys.places)
+    cmd.arg(keys.lock())
+        .arg(keys.line())
+        .arg(keys.places())
         .arg(token)
         .arg(letter)
         .arg(keys.kind.permits())
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .arg(publish);
     let held: i64 = invoke(&SCRIPT, &cmd, con).await?;
     Ok(held == 1)

@@ -41,9 +41,9 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
         .ok_or_else(|| unexpected("family_acquire"))?;
     let compact = one_server && publish == "PUBLISH";
     let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 4 });
-    cmd.arg(&keys.lock);
+    cmd.arg(keys.lock());
     if !compact {
-        cmd.arg(&keys.fence).arg(&keys.line).arg(&keys.places);
+        cmd.arg(keys.fence()).arg(keys.line()).arg(keys.places());
     }
     cmd.arg(token)
         .arg(letter)
@@ -52,7 +52,7 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(keys.kind.permits());
     if !compact {
-        cmd.arg(&keys.channel).arg(publish);
+        cmd.arg(keys.channel()).arg(publish);
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

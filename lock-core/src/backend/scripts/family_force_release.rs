@@ -21,10 +21,10 @@ pub(crate) async fn family_force_release<C: ConnectionLike>(
     publish: &str,
 ) -> Result<Forced, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
+    cmd.arg(keys.lock())
+        .arg(keys.line())
         .arg(forced_name(keys))
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .arg(publish)
         .arg(millis(MIN_MARKER));
     let (code, holder, next): (i64, Option<String>, Option<String>) =
@@ -36,7 +36,7 @@ pub(crate) async fn family_force_release<C: ConnectionLike>(
             next: None,
         }),
         _ => Err(ScriptError::WrongType {
-            redis_key: keys.lock.clone(),
+            redis_key: keys.lock().to_owned(),
         }),
     }
 }

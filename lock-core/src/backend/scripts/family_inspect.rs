@@ -19,7 +19,7 @@ pub(crate) async fn family_inspect<C: ConnectionLike>(
     keys: &LockKeys,
 ) -> Result<Option<Inspected>, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock).arg(&keys.line).arg(&keys.places);
+    cmd.arg(keys.lock()).arg(keys.line()).arg(keys.places());
     let reply: Vec<Value> = invoke(&SCRIPT, &cmd, con).await?;
     let bad = || unexpected("family_inspect");
     match reply.as_slice() {

@@ -38,16 +38,16 @@ pub(crate) async fn family_release<C: ConnectionLike>(
         .ok_or_else(|| unexpected("family_release"))?;
     let compact = one_server && publish == "PUBLISH";
     let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 3 });
-    cmd.arg(&keys.lock);
+    cmd.arg(keys.lock());
     if !compact {
-        cmd.arg(&keys.line).arg(&keys.places);
+        cmd.arg(keys.line()).arg(keys.places());
     }
     cmd.arg(token)
         .arg(letter)
         .arg(if keep.is_zero() { 0 } else { millis(keep) })
         .arg(keys.kind.permits());
     if !compact {
-        cmd.arg(&keys.channel).arg(publish);
+        cmd.arg(keys.channel()).arg(publish);
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -23,7 +23,7 @@ pub(crate) async fn family_renew<C: ConnectionLike>(
 ) -> Result<Vec<Owned>, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, batch.len());
     for item in batch {
-        cmd.arg(&item.keys.lock);
+        cmd.arg(item.keys.lock());
     }
     for item in batch {
         // Zero: a check only (see `Renewal::ttl`).

@@ -77,13 +77,13 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("SET")
-        .arg(&keys.lock)
+        .arg(keys.lock())
         .arg(token)
         .arg("NX")
         .arg("PX")
         .arg(millis(ttl))
         .arg("GET");
-    pipe.cmd("GET").arg(&keys.fence);
+    pipe.cmd("GET").arg(keys.fence());
     pipe.cmd("TIME");
     let replies: Vec<Value> = pipe.query_async(con).await?;
     let [set, fence, time] = replies.as_slice() else {

@@ -38,10 +38,10 @@ pub(crate) async fn force_release<C: ConnectionLike>(
     publish: &str,
 ) -> Result<Forced, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 3);
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
+    cmd.arg(keys.lock())
+        .arg(keys.line())
         .arg(forced_name(keys))
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .arg(publish)
         .arg(millis(MIN_MARKER));
     let (code, holder, next): (i64, Option<String>, Option<String>) =
@@ -53,7 +53,7 @@ pub(crate) async fn force_release<C: ConnectionLike>(
             next: None,
         }),
         _ => Err(ScriptError::WrongType {
-            redis_key: keys.lock.clone(),
+            redis_key: keys.lock().to_owned(),
         }),
     }
 }
@@ -61,6 +61,6 @@ pub(crate) async fn force_release<C: ConnectionLike>(
 /// `P{K}:forced`: the lock key with `:forced` in place of `:lock` (renew.lua
 /// derives it the same way).
 pub(super) fn forced_name(keys: &LockKeys) -> String {
-    let stem = keys.lock.strip_suffix(":lock").unwrap_or(&keys.lock);
+    let stem = keys.lock().strip_suffix(":lock").unwrap_or(keys.lock());
     format!("{stem}:forced")
 }

@@ -24,10 +24,10 @@ pub(crate) async fn inspect<C: ConnectionLike>(
     records: bool,
 ) -> Result<Option<(Inspected, bool)>, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, if records { 5 } else { 4 });
-    cmd.arg(&keys.lock)
-        .arg(&keys.fence)
-        .arg(&keys.line)
-        .arg(&keys.places);
+    cmd.arg(keys.lock())
+        .arg(keys.fence())
+        .arg(keys.line())
+        .arg(keys.places());
     if records {
         cmd.arg(keys.grant_record());
     }

@@ -34,10 +34,10 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
 ) -> Result<Acquired, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 4 * all.keys.len());
     for keys in &all.keys {
-        cmd.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.line)
-            .arg(&keys.places);
+        cmd.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.line())
+            .arg(keys.places());
     }
     cmd.arg(token)
         .arg(millis(ttl))
@@ -45,7 +45,7 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(publish);
     for keys in &all.keys {
-        cmd.arg(&keys.channel);
+        cmd.arg(keys.channel());
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {
@@ -57,13 +57,13 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
                 let at = usize::try_from(*index - 1).map_err(|_| unexpected("lock_all"))?;
                 let keys = all.keys.get(at / 4).ok_or_else(|| unexpected("lock_all"))?;
                 let redis_key = match at % 4 {
-                    0 => &keys.lock,
-                    1 => &keys.fence,
-                    2 => &keys.line,
-                    _ => &keys.places,
+                    0 => keys.lock(),
+                    1 => keys.fence(),
+                    2 => keys.line(),
+                    _ => keys.places(),
                 };
                 Err(ScriptError::WrongType {
-                    redis_key: redis_key.clone(),
+                    redis_key: redis_key.to_owned(),
                 })
             }
             fences => {

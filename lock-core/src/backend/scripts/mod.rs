@@ -331,13 +331,13 @@ fn refused_in_script(err: &RedisError) -> Option<String> {
 /// scripts' order: lock, fence, line, places) holds a value of another type.
 fn wrong_type(keys: &LockKeys, reply: &[Value]) -> ScriptError {
     let redis_key = match reply.get(1) {
-        Some(Value::Int(2)) => &keys.fence,
-        Some(Value::Int(3)) => &keys.line,
-        Some(Value::Int(4)) => &keys.places,
-        _ => &keys.lock,
+        Some(Value::Int(2)) => keys.fence(),
+        Some(Value::Int(3)) => keys.line(),
+        Some(Value::Int(4)) => keys.places(),
+        _ => keys.lock(),
     };
     ScriptError::WrongType {
-        redis_key: redis_key.clone(),
+        redis_key: redis_key.to_owned(),
     }
 }
 

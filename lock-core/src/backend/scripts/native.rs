@@ -168,11 +168,11 @@ pub(crate) async fn release<C: ConnectionLike>(
     let natives = offered.get();
     let (cmd, used) = if natives.has(Natives::DELIFEQ) {
         let mut cmd = redis::cmd("DELIFEQ");
-        cmd.arg(&keys.lock).arg(token);
+        cmd.arg(keys.lock()).arg(token);
         (cmd, Natives::DELIFEQ)
     } else if natives.has(Natives::DELEX) {
         let mut cmd = redis::cmd("DELEX");
-        cmd.arg(&keys.lock).arg("IFEQ").arg(token);
+        cmd.arg(keys.lock()).arg("IFEQ").arg(token);
         (cmd, Natives::DELEX)
     } else {
         return Ok(Native::Twin);

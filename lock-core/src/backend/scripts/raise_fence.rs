@@ -37,8 +37,8 @@ pub(crate) async fn raise_fence<C: ConnectionLike>(
     raise: Raise,
 ) -> Result<Owned, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 2);
-    cmd.arg(&keys.lock)
-        .arg(&keys.fence)
+    cmd.arg(keys.lock())
+        .arg(keys.fence())
         .arg(token)
         .arg(fence)
         .arg(millis(ttl + FENCE_MEMORY))

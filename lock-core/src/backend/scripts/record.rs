@@ -29,7 +29,7 @@ pub(crate) async fn record<C: ConnectionLike>(
     let records: Vec<String> = batch.iter().map(|r| r.keys.grant_record()).collect();
     let mut cmd = evalsha(&SCRIPT, batch.len() * 2);
     for (renewal, record) in batch.iter().zip(&records) {
-        cmd.arg(&renewal.keys.lock).arg(record);
+        cmd.arg(renewal.keys.lock()).arg(record);
     }
     for renewal in batch {
         let ttl = if renewal.ttl.is_zero() {

@@ -95,23 +95,23 @@ pub(crate) async fn release<C: ConnectionLike>(
     let keep = if keep.is_zero() { 0 } else { millis(keep) };
     if compact {
         let mut cmd = evalsha(&SCRIPT, 1);
-        cmd.arg(&keys.lock).arg(token).arg(keep);
+        cmd.arg(keys.lock()).arg(token).arg(keep);
         if announce == Announce::Always {
             cmd.arg(1);
         }
         return decode(invoke(&SCRIPT, &cmd, con).await?);
     }
     let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 5 } else { 4 });
-    cmd.arg(&keys.lock)
-        .arg(&keys.line)
-        .arg(&keys.places)
-        .arg(&keys.fence);
+    cmd.arg(keys.lock())
+        .arg(keys.line())
+        .arg(keys.places())
+        .arg(keys.fence());
     if mark_survival.is_some() {
         cmd.arg(keys.survival_mark());
     }
     cmd.arg(token)
         .arg(keep)
-        .arg(&keys.channel)
+        .arg(keys.channel())
         .arg(publish)
         .arg(u8::from(announce == Announce::Always));
     if let Some(mark) = mark_survival {

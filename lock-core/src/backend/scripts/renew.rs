@@ -67,7 +67,7 @@ async fn renew_leases<C: ConnectionLike>(
     if let [one] = batch
         && !one.ttl.is_zero()
     {
-        let done = native::renew(con, offered, &one.keys.lock, &one.token, one.ttl).await?;
+        let done = native::renew(con, offered, one.keys.lock(), &one.token, one.ttl).await?;
         if done == Native::Done {
             return Ok(vec![Owned::Yes]);
         }
@@ -76,7 +76,7 @@ async fn renew_leases<C: ConnectionLike>(
     for chunk in batch.chunks(CHUNK) {
         let mut cmd = evalsha(&SCRIPT, chunk.len());
         for item in chunk {
-            cmd.arg(&item.keys.lock);
+            cmd.arg(item.keys.lock());
         }
         for item in chunk {
             // Zero: a check only (see `Renewal::ttl`).

@@ -419,7 +419,7 @@ impl Backend for RedlockBackend {
             drop(pending);
             if let Ok(Owned::Yes) = outcome {
                 self.wakeups
-                    .announce(&keys.channel, Announcement::Free(token));
+                    .announce(keys.channel(), Announcement::Free(token));
             }
             outcome
         })
@@ -538,7 +538,7 @@ impl Backend for RedlockBackend {
                 .any(|h| holders.iter().filter(|o| *o == h).count() >= self.quorum.needed);
             if !holders.is_empty() {
                 self.wakeups
-                    .announce(&keys.channel, Announcement::Free(&holders[0]));
+                    .announce(keys.channel(), Announcement::Free(&holders[0]));
             }
             if answered < self.quorum.needed && !held {
                 return Err(self.quorum.error(Some(keys), answered, None));
