@@ -144,7 +144,9 @@ pub struct FaultControls {
 
 impl FaultControls {
     fn lock_name(&self, key: &str) -> String {
-        crate::backend::LockKeys::new(&self.prefix, key).lock().to_owned()
+        crate::backend::LockKeys::new(&self.prefix, key)
+            .lock()
+            .to_owned()
     }
 
     /// Someone else takes the lock `key` now, keeping its expiry: its
