@@ -766,3 +766,80 @@ fn outside_a_tokio_runtime_is_an_error_not_a_panic() {
     });
     drop(client);
 }
+
+#[tokio::test]
+async fn many_fast_grants_are_recorded_in_calls_of_at_most_100_leases() {
+    let server = RedisServer::start();
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    let client = LockClient::builder()
+        .prefix("m:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    // 250 leases taken together fall due for their record together.
+    let leases = 250;
+    let mut guards = Vec::new();
+    for i in 0..leases {
+        let guard = client
+            .lock(format!("k{i}"))
+            .ttl(Duration::from_secs(30))
+            .renew(true)
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    wait_until("not every grant was recorded", || {
+        server.keys("m:*:grant").len() == leases
+    })
+    .await;
+    // Every record names its own holder's token (none lost between calls).
+    for (i, guard) in guards.iter().enumerate() {
+        let record = server.cmd(&["GET", &format!("m:{{k{i}}}:grant")]);
+        let redis::Value::BulkString(record) = record else {
+            panic!("{record:?}")
+        };
+        let record = String::from_utf8(record).unwrap();
+        assert_eq!(
+            record.split_once(' ').map(|(fence, _)| fence.to_owned()),
+            Some(guard.fencing_token().to_string()),
+            "lease {i}"
+        );
+    }
+    // No script call carried more than 100 leases (200 keys): one call for
+    // all of them would hold the server while every acquisition waits.
+    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "-1"]) else {
+        panic!("SLOWLOG GET")
+    };
+    let mut keys_per_call = Vec::new();
+    for entry in entries {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let Some(redis::Value::Array(args)) = fields.get(3) else {
+            continue;
+        };
+        let text: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        if text
+            .first()
+            .is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
+            && text.get(3).is_some_and(|k| k.ends_with(":lock"))
+            && text.get(4).is_some_and(|k| k.ends_with(":grant"))
+        {
+            keys_per_call.push(text[2].parse::<usize>().unwrap());
+        }
+    }
+    let recorded: usize = keys_per_call.iter().sum::<usize>() / 2;
+    assert!(recorded >= leases, "{keys_per_call:?}");
+    assert!(keys_per_call.iter().all(|&k| k <= 200), "{keys_per_call:?}");
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
