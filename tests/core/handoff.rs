@@ -37,6 +37,15 @@ fn line(server: &RedisServer, key: &str) -> Vec<String> {
     }
 }
 
+/// How many connections are subscribed to `key`'s release channel.
+fn subscribers(server: &RedisServer, key: &str) -> i64 {
+    let channel = format!("leasehold:{{{key}}}:released");
+    match server.cmd(&["PUBSUB", "NUMSUB", &channel]) {
+        Value::Array(parts) => parts.into_iter().nth(1).map_or(0, int),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The places hash field `field` of `key`.
 fn place_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
     text(server.cmd(&["HGET", &format!("leasehold:{{{key}}}:places"), field]))
@@ -107,6 +116,14 @@ async fn waiter_in_line(
             .is_some_and(|lease| lease.starts_with(&format!("{}:", ttl.as_millis()))),
         "a plain waiter's place carries its lease length"
     );
+    // Its client subscribes beside the attempt, not before it: a release
+    // before the subscription is active is heard by the look the waiter
+    // takes when it becomes active (a lost announcement, tested below), not
+    // as a grant; a loaded machine showed that order once in CI.
+    wait_until("the waiter's client did not subscribe", || {
+        subscribers(server, key) > 0
+    })
+    .await;
     (task, token)
 }
 
