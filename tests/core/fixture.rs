@@ -87,3 +87,41 @@ macro_rules! on_both_backends {
         )*
     };
 }
+
+/// Every command the server ran since `SLOWLOG RESET` (logged with a
+/// threshold of 0), oldest first, as argument lists.
+pub fn commands_logged(server: &RedisServer) -> Vec<Vec<String>> {
+    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "100000"]) else {
+        panic!("SLOWLOG GET");
+    };
+    let mut all: Vec<Vec<String>> = entries
+        .into_iter()
+        .map(|entry| match entry {
+            redis::Value::Array(parts) => match parts.into_iter().nth(3) {
+                Some(redis::Value::Array(args)) => {
+                    args.into_iter().filter_map(logged_text).collect()
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    all.reverse();
+    all
+}
+
+/// Log every command from now on (`SLOWLOG` with a threshold of 0).
+pub fn log_every_command(server: &RedisServer) {
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+}
+
+/// A logged argument as text (`None`: not a string).
+fn logged_text(v: redis::Value) -> Option<String> {
+    match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}

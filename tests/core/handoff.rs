@@ -10,7 +10,7 @@ use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE};
 use leasehold::LockClient;
 use redis::Value;
 
-use crate::fixture::wait_until;
+use crate::fixture::{commands_logged, log_every_command, wait_until};
 use crate::support::RedisServer;
 
 fn text(v: Value) -> Option<String> {
@@ -49,32 +49,6 @@ fn subscribers(server: &RedisServer, key: &str) -> i64 {
 /// The places hash field `field` of `key`.
 fn place_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
     text(server.cmd(&["HGET", &format!("leasehold:{{{key}}}:places"), field]))
-}
-
-/// Every command the server ran since `SLOWLOG RESET` (logged with a
-/// threshold of 0), oldest first, as argument lists.
-fn commands_logged(server: &RedisServer) -> Vec<Vec<String>> {
-    let Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "1000"]) else {
-        panic!("SLOWLOG GET");
-    };
-    let mut all: Vec<Vec<String>> = entries
-        .into_iter()
-        .map(|entry| match entry {
-            Value::Array(parts) => match parts.into_iter().nth(3) {
-                Some(Value::Array(args)) => args.into_iter().filter_map(text).collect(),
-                other => panic!("{other:?}"),
-            },
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    all.reverse();
-    all
-}
-
-fn log_every_command(server: &RedisServer) {
-    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
-    server.cmd(&["SLOWLOG", "RESET"]);
 }
 
 /// How many of `commands` are `EVALSHA` of `source`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockError};
 use tokio::time::Instant;
 
-use crate::fixture::{take_and_give_back, wait_until};
+use crate::fixture::{commands_logged, log_every_command, take_and_give_back, wait_until};
 use crate::support::RedisServer;
 
 fn int(v: redis::Value) -> i64 {
@@ -770,8 +770,7 @@ fn outside_a_tokio_runtime_is_an_error_not_a_panic() {
 #[tokio::test]
 async fn many_fast_grants_are_recorded_in_calls_of_at_most_100_leases() {
     let server = RedisServer::start();
-    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    log_every_command(&server);
     let client = LockClient::builder()
         .prefix("m:")
         .connect(&server.url())
@@ -809,33 +808,15 @@ async fn many_fast_grants_are_recorded_in_calls_of_at_most_100_leases() {
     }
     // No script call carried more than 100 leases (200 keys): one call for
     // all of them would hold the server while every acquisition waits.
-    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "-1"]) else {
-        panic!("SLOWLOG GET")
-    };
-    let mut keys_per_call = Vec::new();
-    for entry in entries {
-        let redis::Value::Array(fields) = entry else {
-            continue;
-        };
-        let Some(redis::Value::Array(args)) = fields.get(3) else {
-            continue;
-        };
-        let text: Vec<String> = args
-            .iter()
-            .map(|a| match a {
-                redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        if text
-            .first()
-            .is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
-            && text.get(3).is_some_and(|k| k.ends_with(":lock"))
-            && text.get(4).is_some_and(|k| k.ends_with(":grant"))
-        {
-            keys_per_call.push(text[2].parse::<usize>().unwrap());
-        }
-    }
+    let keys_per_call: Vec<usize> = commands_logged(&server)
+        .into_iter()
+        .filter(|c| {
+            c.first().is_some_and(|n| n.eq_ignore_ascii_case("evalsha"))
+                && c.get(3).is_some_and(|k| k.ends_with(":lock"))
+                && c.get(4).is_some_and(|k| k.ends_with(":grant"))
+        })
+        .map(|c| c[2].parse::<usize>().unwrap())
+        .collect();
     let recorded: usize = keys_per_call.iter().sum::<usize>() / 2;
     assert!(recorded >= leases, "{keys_per_call:?}");
     assert!(keys_per_call.iter().all(|&k| k <= 200), "{keys_per_call:?}");
