@@ -203,6 +203,18 @@ async fn replica_sync_round(round: usize) {
         "the waiter got the lock while it was held"
     );
 
+    // The waiter's acquisition needs a replica's acknowledgement: the
+    // remaining replica must replicate from the new primary first (Sentinel
+    // points it there after the promotion; a full resync, when its offset
+    // was ahead of the promoted one's, takes a moment more on a busy
+    // machine: one CI run released before it was online, and the waiter
+    // rightly failed closed with `ReplicaSync { acked: 0 }`).
+    let replica_after = tokio::task::spawn_blocking(move || {
+        let took = set.wait_for_online_replicas(new_primary, 1, FAILOVER_LIMIT);
+        (set, took)
+    });
+    let (set, replica_online) = replica_after.await.expect("harness thread");
+
     // The release on the new primary reaches the waiter, who blocked on the
     // old one.
     let released_at = Instant::now();
@@ -218,8 +230,9 @@ async fn replica_sync_round(round: usize) {
     second.release().await.expect("release");
     println!(
         "sentinel/replica_sync round {round}: failover {failover:?}, fresh acquisition {fresh_took:?} after it, \
-         waiter acquired {handed:?} after the release"
+         waiter acquired {handed:?} after the release (a replica online {replica_online:?} after the renewals)"
     );
+    drop(set);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

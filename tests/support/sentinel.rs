@@ -453,6 +453,30 @@ impl SentinelSet {
         }
     }
 
+    /// Waits until the primary on `port` has `replicas` replicas online
+    /// (after a failover Sentinel points the remaining replicas at the new
+    /// primary, and each may need a resync first); returns how long it took.
+    pub fn wait_for_online_replicas(
+        &self,
+        port: u16,
+        replicas: usize,
+        timeout: Duration,
+    ) -> Duration {
+        let started = Instant::now();
+        loop {
+            let info = self.node(port).info("replication");
+            if info.matches("state=online").count() >= replicas {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "{replicas} replica(s) not online on {port} within {timeout:?}:\n{info}\n{}",
+                self.sentinels[0].log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn is_primary(&self, port: u16) -> bool {
         match self.node(port).cmd_result(&["ROLE"]) {
             Ok(Value::Array(items)) => {
