@@ -414,3 +414,38 @@ fn now_ms(server: &RedisServer) -> i64 {
         other => panic!("{other:?}"),
     }
 }
+
+/// A `lock_all` that drops a plain waiter's lapsed place drops its lease
+/// field (`~token`) with it, as `acquire.lua` and `release.lua` do: nothing
+/// of a dead waiter is left in the places hash.
+#[tokio::test]
+async fn a_lapsed_place_dropped_by_lock_all_leaves_no_lease_field() {
+    let server = RedisServer::start();
+    let now_ms = now_ms(&server);
+    server.cmd(&["RPUSH", "leasehold:{mixed}:line", "dead"]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{mixed}:places",
+        "dead",
+        &(now_ms - 1).to_string(),
+    ]);
+    server.cmd(&[
+        "HSET",
+        "leasehold:{mixed}:places",
+        "~dead",
+        &format!("1500:3601500:{now_ms}:0"),
+    ]);
+    server.cmd(&["PEXPIRE", "leasehold:{mixed}:line", "60000"]);
+    server.cmd(&["PEXPIRE", "leasehold:{mixed}:places", "60000"]);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock_all(["mixed", "other"])
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("both keys are free: the only waiter's place lapsed");
+    assert!(line(&server, "mixed").is_empty());
+    assert_eq!(place_field(&server, "mixed", "dead"), None);
+    assert_eq!(place_field(&server, "mixed", "~dead"), None);
+    guard.release().await.unwrap();
+}

@@ -71,7 +71,8 @@ local function head_of(i)
       return head
     end
     redis.call('LPOP', line)
-    redis.call('HDEL', places, head)
+    -- (A plain lock's waiter has a '~' field beside its place: acquire.lua.)
+    redis.call('HDEL', places, head, '~' .. head)
     head = redis.call('LINDEX', line, '0')
   end
   if type(head) == 'table' then
