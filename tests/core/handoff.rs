@@ -449,3 +449,43 @@ async fn a_lapsed_place_dropped_by_lock_all_leaves_no_lease_field() {
     assert_eq!(place_field(&server, "mixed", "~dead"), None);
     guard.release().await.unwrap();
 }
+
+/// A hot lock handed from waiter to waiter for many rounds keeps its
+/// places hash small: each grant record (`~token` = `granted`) goes when
+/// its holder releases in turn, instead of piling up for as long as
+/// someone waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grant_records_do_not_pile_up_on_a_hot_lock() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    let guard = c
+                        .lock("hot")
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let fields = match server.cmd(&["HKEYS", "leasehold:{hot}:places"]) {
+        Value::Array(items) => items.into_iter().filter_map(text).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        fields.len() <= 2,
+        "400 acquisitions, 4 waiters at most, {} fields left, the first: {:?}",
+        fields.len(),
+        &fields[..fields.len().min(3)]
+    );
+}

@@ -53,7 +53,9 @@
 -- (With a keep, the woken waiter finds the lock still taken and learns when
 -- it ends.)
 --
--- Nobody in line (no marker): two commands, GET and DEL.
+-- Nobody in line (no marker): two commands, GET and DEL. (A grant record
+-- of the caller then stays until the places hash expires: nobody waits to
+-- keep it alive.)
 --
 -- Returns grant  (a string, 'grant:…' as published) released and handed on
 --         next   (a string) released, and next is the first in line
@@ -88,6 +90,14 @@ end
 local line = compact and sibling(':line') or KEYS[2]
 local places = compact and sibling(':places') or KEYS[3]
 local fence_key = compact and sibling(':fence') or KEYS[4]
+if lined then
+  -- The caller's grant record, if a release handed it this lock (hand_on
+  -- below): the lock is given up, so it has no use left. Without this, a
+  -- lock that always has someone in line kept one field per handoff in
+  -- its places hash, whose expiry every waiter pushes on. (pcall: a
+  -- places key of another type is left to hand_on's check below.)
+  redis.pcall('HDEL', places, '~' .. ARGV[1])
+end
 
 -- Hand the free lock to the first kept place in line if it may be (see the
 -- top); the message published, or nil (nothing written).
