@@ -32,6 +32,12 @@ async fn a_restart_makes_the_old_holder_lost_at_once() {
     let client = connect(&server).await;
     // Renewed every 10 s: the renewal alone would notice 10 s after acquisition.
     let ttl = Duration::from_secs(30);
+    // The body tells when it runs: the acquisition has returned. (The key
+    // existing is not enough: one CI run restarted the server after the
+    // `SET` ran but before its reply reached the client, whose retried
+    // acquisition was then rightly refused as `Unavailable`, and there was
+    // no old holder to report lost.)
+    let (started, body_runs) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn({
         let client = client.clone();
         async move {
@@ -39,18 +45,19 @@ async fn a_restart_makes_the_old_holder_lost_at_once() {
                 .lock("restarted")
                 .ttl(ttl)
                 .renew(true)
-                .run(tokio::time::sleep(Duration::from_secs(60)))
+                .run(async move {
+                    let _ = started.send(());
+                    tokio::time::sleep(Duration::from_secs(60)).await
+                })
                 .await
         }
     });
     let acquired = Instant::now();
-    assert!(
-        crate::common::eventually(Duration::from_secs(5), || exists(
-            &server,
-            &lock_name("restarted")
-        ))
+    tokio::time::timeout(Duration::from_secs(5), body_runs)
         .await
-    );
+        .expect("the lock is acquired")
+        .expect("the body runs");
+    assert!(exists(&server, &lock_name("restarted")));
 
     server.restart();
     let restarted = Instant::now();
