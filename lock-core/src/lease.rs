@@ -130,7 +130,10 @@ impl Lease {
             settings.renew.then(|| acquired_at + lease.renew_period())
         };
         let weak: Weak<dyn Renewable> = Arc::downgrade(&lease) as Weak<dyn Renewable>;
-        lease.issuer.watchdog.track(lease.id, weak, first_due);
+        lease
+            .issuer
+            .watchdog
+            .track(lease.id, weak, first_due, lease.period());
         lease
     }
 

@@ -132,17 +132,17 @@ impl Watchdog {
     }
 
     /// Start watching a held lease: renewed from `first_due` on if it has a
-    /// period, checked on audits in any case.
+    /// period (`period`, its [`Renewable::period`] now, passed by the
+    /// caller so that tracking does not upgrade `lease`), checked on audits
+    /// in any case.
     pub(crate) fn track(
         self: &Arc<Self>,
         id: u64,
         lease: Weak<dyn Renewable>,
         first_due: Option<Instant>,
+        period: Option<Duration>,
     ) {
-        let half_period = lease
-            .upgrade()
-            .and_then(|lease| lease.period())
-            .map_or(Duration::ZERO, |period| period / 2);
+        let half_period = period.map_or(Duration::ZERO, |period| period / 2);
         let (start, wake) = {
             let mut state = self.state();
             state.idle_since = None;
@@ -603,10 +603,20 @@ mod tests {
         let soon = Counted::new(1);
         let later: Vec<Arc<Counted>> = (2..102).map(Counted::new).collect();
         let weak = |lease: &Arc<Counted>| Arc::downgrade(lease) as Weak<dyn Renewable>;
-        watchdog.track(1, weak(&soon), Some(now + Duration::from_millis(20)));
+        watchdog.track(
+            1,
+            weak(&soon),
+            Some(now + Duration::from_millis(20)),
+            soon.period(),
+        );
         for lease in &later {
             // Due a period later: out of the first batch's reach.
-            watchdog.track(lease.id, weak(lease), Some(now + Duration::from_secs(2)));
+            watchdog.track(
+                lease.id,
+                weak(lease),
+                Some(now + Duration::from_secs(2)),
+                lease.period(),
+            );
         }
         // Before the first is due: it alone is looked at.
         assert!(matches!(
