@@ -36,9 +36,6 @@ local token, kind = ARGV[1], ARGV[2]
 local base = string.sub(KEYS[1], 1, -6)
 local fence_key = KEYS[2] or base .. ':fence'
 local line_key = KEYS[3] or base .. ':line'
-local places_key = KEYS[4] or base .. ':places'
-local channel = ARGV[7] or base .. ':released'
-local publish = ARGV[8] or 'PUBLISH'
 local ttl = tonumber(ARGV[3])
 local permits = tonumber(ARGV[6])
 local time = redis.call('TIME')
@@ -46,6 +43,18 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- The server clock in µs, as a decimal string: a grant's fencing token
 -- unless something issued earlier is as high.
 local clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+
+-- Free: no holders, nobody in line and no fence key (none of the three
+-- exists, whatever its type: a key of another type takes the full way
+-- below, which reports it). Nothing to drop, nobody to pass over or to
+-- tell, nothing issued above the clock: take it, the clock is the token.
+-- (A fence key is written only for a raised token, so it is seldom there;
+-- with one, the full way grants the same.)
+if redis.call('EXISTS', KEYS[1], line_key, fence_key) == 0 then
+  redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. clock)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return clock
+end
 
 -- The fencing token of a grant now: the server clock in µs, raised to one
 -- above `top` (the highest token of a live holder, or nil) and above the
@@ -79,17 +88,11 @@ local function grant_fence(top)
   return fence
 end
 
--- Free: no holders, nobody in line and no fence key (none of the three
--- exists, whatever its type: a key of another type takes the full way
--- below, which reports it). Nothing to drop, nobody to pass over or to
--- tell, nothing issued above the clock: take it, the clock is the token.
--- (A fence key is written only for a raised token, so it is seldom there;
--- with one, the full way grants the same.)
-if redis.call('EXISTS', KEYS[1], line_key, fence_key) == 0 then
-  redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. clock)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return clock
-end
+-- Named only past the free case: building a name costs the server time
+-- on every call.
+local places_key = KEYS[4] or base .. ':places'
+local channel = ARGV[7] or base .. ':released'
+local publish = ARGV[8] or 'PUBLISH'
 
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then

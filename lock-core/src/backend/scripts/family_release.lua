@@ -28,9 +28,6 @@
 local token, kind = ARGV[1], ARGV[2]
 local base = string.sub(KEYS[1], 1, -6)
 local line_key = KEYS[2] or base .. ':line'
-local places_key = KEYS[3] or base .. ':places'
-local channel = ARGV[5] or base .. ':released'
-local publish = ARGV[6] or 'PUBLISH'
 local now = clock_ms()
 local mine = typed('HGET', KEYS[1], token)
 if type(mine) == 'table' then
@@ -58,10 +55,12 @@ end
 if #holders == 0 then
   redis.call('DEL', KEYS[1])
 end
+-- Named only now: building a name costs the server time on every call.
+local places_key = KEYS[3] or base .. ':places'
 local line = live_line(line_key, places_key, kind, now)
 local next = line and line[1]
 if next and may_go(next[2], 1, holders, line, tonumber(ARGV[4])) then
-  redis.call(publish, channel, 'next:' .. next[1])
+  redis.call(ARGV[6] or 'PUBLISH', ARGV[5] or base .. ':released', 'next:' .. next[1])
   return next[1]
 end
 return 1
