@@ -69,7 +69,7 @@ impl LockGuard {
 
     /// The key, as given to [`LockClient::lock`](crate::LockClient::lock) (without the prefix).
     pub fn key(&self) -> &str {
-        self.within.as_deref().unwrap_or(&self.lease.keys.key)
+        self.within.as_deref().unwrap_or(self.lease.keys.key())
     }
 
     /// The fencing token: strictly greater than the token of every earlier
@@ -106,7 +106,7 @@ impl LockGuard {
     pub fn fencing_token_of(&self, key: &str) -> Option<u64> {
         match &self.lease.keys.kind {
             Kind::All(all) => all.fence_of(key),
-            _ => (self.lease.keys.key == key).then_some(self.lease.fence),
+            _ => (self.lease.keys.key() == key).then_some(self.lease.fence),
         }
     }
 
@@ -228,7 +228,7 @@ impl Drop for LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.lease.keys.key)
+            .field("key", &self.lease.keys.key())
             .field("fencing_token", &self.lease.fence)
             .field("held", &self.lease.is_held())
             .finish()

@@ -96,7 +96,7 @@ impl Lease {
         acquired_at: Instant,
     ) -> Arc<Lease> {
         let metrics = LeaseMetrics::start(
-            &keys.key,
+            keys.key(),
             keys.kind.lease_kind(),
             issuer.metrics_key_label,
             acquired_at,
@@ -214,7 +214,7 @@ impl Lease {
             // Recorded before waking anyone: whoever `lost()` wakes sees it
             // counted (and logged) already.
             match state {
-                State::Lost(cause) => self.metrics.lost(&self.keys.key, self.fence, cause),
+                State::Lost(cause) => self.metrics.lost(self.keys.key(), self.fence, cause),
                 State::Released | State::Held => self.metrics.end(),
             }
             self.state_changed.notify_waiters();
@@ -255,14 +255,14 @@ impl Lease {
             _ => self.deadline_cause(Instant::now()),
         };
         LockError::Lost {
-            key: self.keys.key.clone(),
+            key: self.keys.key().to_owned(),
             cause,
         }
     }
 
     pub(crate) fn not_held(&self) -> LockError {
         LockError::NotHeld {
-            key: self.keys.key.clone(),
+            key: self.keys.key().to_owned(),
         }
     }
 
@@ -287,7 +287,7 @@ impl Lease {
             .backend
             .renew(std::slice::from_ref(&renewal))
             .await
-            .map_err(|e| e.with_key(&self.keys.key))?;
+            .map_err(|e| e.with_key(self.keys.key()))?;
         match outcome.first().copied().unwrap_or(Owned::No) {
             Owned::Yes => {
                 self.set_validity(sent_at, ttl);
@@ -343,7 +343,7 @@ impl Lease {
     /// at acquisition + `at_least`. Retried while the server asks to, until
     /// the validity ends.
     pub(crate) async fn release(&self) -> Result<(), LockError> {
-        let span = telemetry::release_span(&self.keys.key, self.fence);
+        let span = telemetry::release_span(self.keys.key(), self.fence);
         let result = if span.is_disabled() {
             self.release_unobserved().await
         } else {
@@ -379,7 +379,7 @@ impl Lease {
                 deadline,
             })
             .await
-            .map_err(|e| e.with_key(&self.keys.key))?;
+            .map_err(|e| e.with_key(self.keys.key()))?;
         match outcome {
             Owned::Yes if !was_held => Err(self.not_held()),
             other => other.into_result(&self.keys),
@@ -508,7 +508,7 @@ impl Renewable for Lease {
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.keys.key)
+            .field("key", &self.keys.key())
             .field("fence", &self.fence)
             .field("settings", &self.settings)
             .field("status", &self.status())

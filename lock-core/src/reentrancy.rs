@@ -103,11 +103,11 @@ pub fn fencing_token() -> Option<u64> {
 /// Whether `lease` holds what `keys` names: the same primitive of the same
 /// key, or a plain lock that is one of the keys of a `lock_all` lease.
 fn holds(lease: &Lease, keys: &LockKeys) -> bool {
-    if lease.keys.key == keys.key && lease.keys.kind == keys.kind {
+    if lease.keys.key() == keys.key() && lease.keys.kind == keys.kind {
         return true;
     }
     match (&lease.keys.kind, &keys.kind) {
-        (Kind::All(all), Kind::Lock) => all.keys.iter().any(|k| k.key == keys.key),
+        (Kind::All(all), Kind::Lock) => all.keys.iter().any(|k| k.key() == keys.key()),
         _ => false,
     }
 }

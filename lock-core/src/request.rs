@@ -219,7 +219,7 @@ impl LockRequest {
             return Ok(LockGuard::new(lease));
         }
 
-        let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?.into();
+        let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?;
         let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
         let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {
@@ -406,11 +406,11 @@ impl LockRequest {
         backend.abandon(keys, token).await;
         Err(match synced {
             Ok(acked) => LockError::ReplicaSync {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
                 acked,
                 needed: self.replicas,
             },
-            Err(error) => error.with_key(&keys.key),
+            Err(error) => error.with_key(keys.key()),
         })
     }
 }

@@ -3,10 +3,13 @@
 //! process can release or extend a lease it does not own, even by accident;
 //! and the name tells operators who holds a lock at no extra command.
 
+use std::sync::Arc;
+
 use crate::error::LockError;
 
-/// A fresh owner token for a client named `name`.
-pub(crate) fn owner_token(name: &str) -> Result<String, LockError> {
+/// A fresh owner token for a client named `name`, built in place: one
+/// allocation per acquisition (a usual name fits a buffer on the stack).
+pub(crate) fn owner_token(name: &str) -> Result<Arc<str>, LockError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| {
         LockError::backend(
@@ -14,14 +17,30 @@ pub(crate) fn owner_token(name: &str) -> Result<String, LockError> {
             format!("the operating system's random generator failed: {e}"),
         )
     })?;
-    let mut token = hex(&bytes);
-    token.push(':');
-    token.push_str(name);
-    Ok(token)
+    let mut buffer = [0u8; 128];
+    let len = 33 + name.len();
+    if len > buffer.len() {
+        let mut token = hex(&bytes);
+        token.push(':');
+        token.push_str(name);
+        return Ok(token.into());
+    }
+    for (i, b) in bytes.iter().enumerate() {
+        buffer[2 * i] = DIGITS[usize::from(b >> 4)];
+        buffer[2 * i + 1] = DIGITS[usize::from(b & 0x0f)];
+    }
+    buffer[32] = b':';
+    buffer[33..len].copy_from_slice(name.as_bytes());
+    // Hex digits, ':' and a `&str`: valid UTF-8 by construction.
+    match std::str::from_utf8(&buffer[..len]) {
+        Ok(token) => Ok(Arc::from(token)),
+        Err(_) => Ok(format!("{}:{name}", hex(&bytes)).into()),
+    }
 }
 
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
@@ -42,6 +61,10 @@ mod tests {
         assert!(a[..32].bytes().all(|c| c.is_ascii_hexdigit()));
         assert!(a.ends_with(":w"));
         assert_ne!(a, b);
+        let long = "n".repeat(200);
+        let c = owner_token(&long)?;
+        assert_eq!(c.len(), 33 + 200);
+        assert!(c.ends_with(&format!(":{long}")));
         assert_eq!(hex(&[0x00, 0xff, 0x1a]), "00ff1a");
         Ok(())
     }

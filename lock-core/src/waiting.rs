@@ -149,7 +149,7 @@ impl<'a> Waiter<'a> {
                 if error.is_misconfigured() {
                     return Err(error);
                 }
-                tracing::debug!(%error, key = %keys.key, "leasehold: no release announcements, waking at expiry");
+                tracing::debug!(%error, key = %keys.key(), "leasehold: no release announcements, waking at expiry");
             }
         }
         Ok(())

@@ -394,7 +394,7 @@ impl Watchdog {
                 .unwrap_or(LostCause::Refused)
         };
         let wrong_type = outcome == Owned::WrongType;
-        let key = &renewal.keys.key;
+        let key = renewal.keys.key();
         if audit.is_some() {
             tracing::warn!(%key, cause = telemetry::cause_name(cause), wrong_type, "leasehold: lease not found after a server change");
         } else {

@@ -105,7 +105,7 @@ impl AllKeys {
 
     /// The fencing token `key` was granted with.
     pub(crate) fn fence_of(&self, key: &str) -> Option<u64> {
-        let at = self.keys.iter().position(|k| k.key == key)?;
+        let at = self.keys.iter().position(|k| k.key() == key)?;
         self.fences
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

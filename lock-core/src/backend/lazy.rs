@@ -155,7 +155,7 @@ impl Backend for LazyBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         match self.backend() {
             Ok(backend) => backend.acquire(attempt),
-            Err(error) => refused(error.with_key(&attempt.keys.key)),
+            Err(error) => refused(error.with_key(attempt.keys.key())),
         }
     }
 
@@ -169,14 +169,14 @@ impl Backend for LazyBackend {
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         match self.backend() {
             Ok(backend) => backend.admit_grant(keys, ttl),
-            Err(error) => refused(error.with_key(&keys.key)),
+            Err(error) => refused(error.with_key(keys.key())),
         }
     }
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         match self.backend() {
             Ok(backend) => backend.release(release),
-            Err(error) => refused(error.with_key(&release.keys.key)),
+            Err(error) => refused(error.with_key(release.keys.key())),
         }
     }
 
@@ -190,7 +190,7 @@ impl Backend for LazyBackend {
     fn listen<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, ()> {
         match self.backend() {
             Ok(backend) => backend.listen(keys),
-            Err(error) => refused(error.with_key(&keys.key)),
+            Err(error) => refused(error.with_key(keys.key())),
         }
     }
 
@@ -208,14 +208,14 @@ impl Backend for LazyBackend {
     ) -> Reply<'a, usize> {
         match self.backend() {
             Ok(backend) => backend.sync_replicas(keys, replicas, timeout),
-            Err(error) => refused(error.with_key(&keys.key)),
+            Err(error) => refused(error.with_key(keys.key())),
         }
     }
 
     fn inspect<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, Option<Inspected>> {
         match self.backend() {
             Ok(backend) => backend.inspect(keys),
-            Err(error) => refused(error.with_key(&keys.key)),
+            Err(error) => refused(error.with_key(keys.key())),
         }
     }
 
@@ -229,7 +229,7 @@ impl Backend for LazyBackend {
     fn force_release<'a>(&'a self, keys: &'a LockKeys) -> Reply<'a, bool> {
         match self.backend() {
             Ok(backend) => backend.force_release(keys),
-            Err(error) => refused(error.with_key(&keys.key)),
+            Err(error) => refused(error.with_key(keys.key())),
         }
     }
 

@@ -286,7 +286,7 @@ impl MemoryBackend {
             (entry.token.clone(), entry.expires_at)
         };
         Some(Inspected {
-            key: keys.key.clone(),
+            key: keys.key().to_owned(),
             token,
             ttl: expires_at - now,
             fence: table
@@ -362,7 +362,7 @@ impl Backend for MemoryBackend {
         }
         if self.table().family_held(keys.lock(), Instant::now()) {
             let wrong = LockError::WrongType {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
                 redis_key: keys.lock().to_owned(),
             };
             return Box::pin(async move { Err(wrong) });

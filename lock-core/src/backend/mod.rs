@@ -138,8 +138,9 @@ impl<'a> Release<'a> {
 /// acquisition and held by every lease: one string, not five).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// The key as the user gave it (without prefix), for messages.
-    pub(crate) key: String,
+    /// Where the key as the user gave it starts in `names` (it ends at
+    /// `stem - 1`): see [`LockKeys::key`].
+    key_at: usize,
     /// The five names, in the order of [`SUFFIXES`].
     names: Box<str>,
     /// The length of `P{K}`, the stem every name starts with.
@@ -166,7 +167,7 @@ impl LockKeys {
             names.push_str(suffix);
         }
         LockKeys {
-            key: key.to_owned(),
+            key_at: prefix.len() + 1,
             names: names.into_boxed_str(),
             stem,
             kind: family::Kind::Lock,
@@ -179,6 +180,13 @@ impl LockKeys {
             kind,
             ..LockKeys::new(prefix, key)
         }
+    }
+
+    /// The key as the user gave it (without prefix), for messages.
+    pub(crate) fn key(&self) -> &str {
+        self.names
+            .get(self.key_at..self.stem - 1)
+            .unwrap_or_default()
     }
 
     /// The `i`th name of [`SUFFIXES`].
@@ -275,10 +283,10 @@ impl Owned {
         match self {
             Owned::Yes => Ok(()),
             Owned::No | Owned::ForceReleased => Err(LockError::NotHeld {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
             }),
             Owned::WrongType => Err(LockError::WrongType {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
                 redis_key: keys.lock().to_owned(),
             }),
         }

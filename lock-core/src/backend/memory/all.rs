@@ -32,7 +32,7 @@ impl MemoryBackend {
         for keys in &all.keys {
             if table.family_held(keys.lock(), now) {
                 return Err(LockError::WrongType {
-                    key: keys.key.clone(),
+                    key: keys.key().to_owned(),
                     redis_key: keys.lock().to_owned(),
                 });
             }

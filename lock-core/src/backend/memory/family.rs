@@ -87,7 +87,7 @@ impl Family {
 
 fn wrong_type(keys: &LockKeys) -> LockError {
     LockError::WrongType {
-        key: keys.key.clone(),
+        key: keys.key().to_owned(),
         redis_key: keys.lock().to_owned(),
     }
 }
@@ -281,7 +281,7 @@ impl MemoryBackend {
             })
             .collect();
         let waiters = family.line.iter().filter(|p| p.kept > now).count();
-        Inspected::of_family(&keys.key, holders, waiters)
+        Inspected::of_family(keys.key(), holders, waiters)
     }
 
     /// An operator's release of every holder; `None` when `keys` names no

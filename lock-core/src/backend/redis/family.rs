@@ -43,7 +43,7 @@ impl<T: Topology> RedisBackend<T> {
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
         if released.owned == Owned::Yes {
-            self.gate.survived(&keys.key);
+            self.gate.survived(keys.key());
             if let Some(next) = &released.next {
                 self.listener
                     .wakeups
@@ -109,7 +109,7 @@ impl<T: Topology> RedisBackend<T> {
                         if (other != at || busy_or_failed.is_err())
                             && let Err(e) = scripts::abandon(con, keys, token, publish).await
                         {
-                            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
+                            tracing::debug!(key = %keys.key(), error = ?e, "leasehold: could not give back a key of lock_all; it lapses");
                         }
                     }
                     return busy_or_failed;
@@ -135,7 +135,7 @@ impl<T: Topology> RedisBackend<T> {
                 .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
                 .await?;
             if released.owned == Owned::Yes && !released.in_background {
-                self.gate.survived(&keys.key);
+                self.gate.survived(keys.key());
                 (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
             }
             if outcome == Owned::Yes {
@@ -154,7 +154,7 @@ impl<T: Topology> RedisBackend<T> {
             })
             .await;
         if let Err(e) = result {
-            tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+            tracing::debug!(key = %keys.key(), error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
         }
     }
 
@@ -205,7 +205,7 @@ impl<T: Topology> RedisBackend<T> {
             let group = if self.topology.one_slot() {
                 ""
             } else {
-                item.keys.key.as_str()
+                item.keys.key()
             };
             groups.entry(group).or_default().push((at, item));
         }

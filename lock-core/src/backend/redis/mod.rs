@@ -281,7 +281,7 @@ impl<T: Topology> RedisBackend<T> {
         self.gate
             .check(&mut con, false)
             .await
-            .map_err(|e| e.with_key(&keys.key))
+            .map_err(|e| e.with_key(keys.key()))
     }
 
     /// Whether the gate lets `keys` be granted now; an error (unavailable
@@ -290,7 +290,7 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
-        let refusal = match self.gate.admit(&keys.key, ttl)? {
+        let refusal = match self.gate.admit(keys.key(), ttl)? {
             Admission::Open => return Ok(()),
             Admission::Closed(refusal) => return Err(refusal),
             Admission::Check(refusal) => refusal,
@@ -309,7 +309,7 @@ impl<T: Topology> RedisBackend<T> {
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
         if exists {
-            self.gate.survived(&keys.key);
+            self.gate.survived(keys.key());
             return Ok(());
         }
         Err(refusal)
@@ -356,7 +356,7 @@ impl<T: Topology> RedisBackend<T> {
                             in_background: true,
                         });
                     }
-                    tracing::debug!(key = %keys.key, error = ?e, "leasehold: release not applied yet, retrying");
+                    tracing::debug!(key = %keys.key(), error = ?e, "leasehold: release not applied yet, retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
                 }
@@ -381,7 +381,7 @@ impl<T: Topology> RedisBackend<T> {
         let (con, wakeups) = (self.topology.connection(), self.listener.wakeups.clone());
         let gate = self.gate.clone();
         let (keys, token, server) = (keys.clone(), token.to_owned(), self.server.clone());
-        tracing::debug!(key = %keys.key, %server, "leasehold: the server keeps asking to retry the release; going on in the background");
+        tracing::debug!(key = %keys.key(), %server, "leasehold: the server keeps asking to retry the release; going on in the background");
         runtime.spawn(async move {
             let mut delay = delay;
             loop {
@@ -400,7 +400,7 @@ impl<T: Topology> RedisBackend<T> {
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(key = %keys.key, %server, error = ?e, "leasehold: a release in the background failed; the lease runs out by itself");
+                        tracing::warn!(key = %keys.key(), %server, error = ?e, "leasehold: a release in the background failed; the lease runs out by itself");
                         return;
                     }
                 }
@@ -646,7 +646,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     .announce(keys.channel(), Announcement::Free(token)),
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::debug!(key = %keys.key, error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+                    tracing::debug!(key = %keys.key(), error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
                 }
             }
         })
@@ -666,7 +666,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 .await?;
             if released.owned == Owned::Yes && !released.in_background {
                 // Ours there: the key's state survived any change.
-                self.gate.survived(&keys.key);
+                self.gate.survived(keys.key());
                 // This client's own waiters hear it at once (others by
                 // pub/sub): the first in line if it is ours, else our first.
                 (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
@@ -692,7 +692,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     .iter()
                     .zip(&owned)
                     .filter(|(_, o)| **o == Owned::Yes)
-                    .map(|(renewal, _)| (renewal.keys.key.as_str(), renewal.ttl)),
+                    .map(|(renewal, _)| (renewal.keys.key(), renewal.ttl)),
             );
             Ok(owned)
         })

@@ -42,7 +42,7 @@ pub(crate) async fn family_inspect<C: ConnectionLike>(
                 });
             }
             Ok(Inspected::of_family(
-                &keys.key,
+                keys.key(),
                 holders,
                 usize::try_from(*waiters).unwrap_or(0),
             ))

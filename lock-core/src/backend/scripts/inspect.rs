@@ -61,7 +61,7 @@ fn decode(
     let fence: String = redis::from_redis_value_ref(fence).map_err(redis::RedisError::from)?;
     let waiters: i64 = redis::from_redis_value_ref(waiters).map_err(redis::RedisError::from)?;
     Ok(Inspected {
-        key: keys.key.clone(),
+        key: keys.key().to_owned(),
         token,
         // -1: no expiry (not set by leasehold); shown as zero left.
         ttl: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),

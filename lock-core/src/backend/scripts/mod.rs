@@ -178,9 +178,9 @@ impl ScriptError {
     /// The precise [`LockError`], naming `server` (redacted) and the lock.
     pub(crate) fn into_lock_error(self, server: &str, keys: &LockKeys) -> LockError {
         match self {
-            ScriptError::Redis(err) => script_backend_error(server, err).with_key(&keys.key),
+            ScriptError::Redis(err) => script_backend_error(server, err).with_key(keys.key()),
             ScriptError::WrongType { redis_key } => LockError::WrongType {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
                 redis_key,
             },
         }

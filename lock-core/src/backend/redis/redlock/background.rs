@@ -80,7 +80,7 @@ impl Levelling {
         })
         .await;
         if let Err(error) = raised {
-            tracing::debug!(key = %lock.keys.key, %error, "leasehold: redlock master's fence not levelled");
+            tracing::debug!(key = %lock.keys.key(), %error, "leasehold: redlock master's fence not levelled");
         }
     }
 }

@@ -328,7 +328,7 @@ impl RedlockBackend {
                 .filter(|other| other.token == candidate.token)
                 .collect();
             (agreeing.len() >= self.quorum.needed).then(|| Inspected {
-                key: keys.key.clone(),
+                key: keys.key().to_owned(),
                 token: candidate.token.clone(),
                 ttl: agreeing.iter().map(|i| i.ttl).min().unwrap_or_default(),
                 fence: agreeing.iter().map(|i| i.fence).max().unwrap_or(0),

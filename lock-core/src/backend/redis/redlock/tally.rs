@@ -34,7 +34,7 @@ impl Quorum {
         validity_left: Option<Duration>,
     ) -> LockError {
         LockError::Quorum {
-            key: key.map(|keys| keys.key.clone()),
+            key: key.map(|keys| keys.key().to_owned()),
             reached,
             needed: self.needed,
             nodes: self.nodes,
