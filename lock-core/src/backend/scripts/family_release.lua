@@ -7,7 +7,10 @@
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  the caller's kind: s, r or w
 -- ARGV[3]  keep, in ms: 0 gives it back now; > 0 leaves it (still ours) to
---          end after that many ms (`at_least`)
+--          end after that many ms (`at_least`); -1: given back already,
+--          by a native `HDEL` of the caller's field (family_release.rs,
+--          sent when the caller's lease is valid and the line key exists):
+--          only name the first in line if it may go now
 -- ARGV[4]  the permits of a semaphore (ignored for the rw lock)
 -- ARGV[5]  the release channel (same hash tag)
 -- ARGV[6]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
@@ -21,7 +24,8 @@
 --
 -- Returns next  (a string) released, and next (first in line) may go now:
 --               it was told `next:<token>`
---         1     released (nobody in line may go yet, or a keep)
+--         1     released (nobody in line may go yet, or a keep; with keep
+--               -1: nobody in line may go yet)
 --         0     not ours (expired, or another owner's)
 --         -1    wrong type
 
@@ -29,24 +33,26 @@ local token, kind = ARGV[1], ARGV[2]
 local base = string.sub(KEYS[1], 1, -6)
 local line_key = KEYS[2] or base .. ':line'
 local now = clock_ms()
-local mine = typed('HGET', KEYS[1], token)
-if type(mine) == 'table' then
-  return -1
-end
-local k, untl, fence = string.match(mine or '', '^(%a)(%d+):(%d+)$')
-if not k or tonumber(untl) <= now then
-  return 0
-end
 local keep = tonumber(ARGV[3])
-if keep > 0 then
-  redis.call('HSET', KEYS[1], token, k .. (now + keep) .. ':' .. fence)
-  outlive(KEYS[1], now, now + keep)
-  return 1
-end
-redis.call('HDEL', KEYS[1], token)
--- Nobody else holds it (an emptied hash is no key) and nobody waits: done.
-if redis.call('EXISTS', KEYS[1], line_key) == 0 then
-  return 1
+if keep >= 0 then
+  local mine = typed('HGET', KEYS[1], token)
+  if type(mine) == 'table' then
+    return -1
+  end
+  local k, untl, fence = string.match(mine or '', '^(%a)(%d+):(%d+)$')
+  if not k or tonumber(untl) <= now then
+    return 0
+  end
+  if keep > 0 then
+    redis.call('HSET', KEYS[1], token, k .. (now + keep) .. ':' .. fence)
+    outlive(KEYS[1], now, now + keep)
+    return 1
+  end
+  redis.call('HDEL', KEYS[1], token)
+  -- Nobody else holds it (an emptied hash is no key) and nobody waits: done.
+  if redis.call('EXISTS', KEYS[1], line_key) == 0 then
+    return 1
+  end
 end
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then

@@ -49,7 +49,67 @@ pub(crate) async fn family_release<C: ConnectionLike>(
     if !compact {
         cmd.arg(keys.channel()).arg(publish);
     }
-    let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
+    decode(invoke(&SCRIPT, &cmd, con).await?)
+}
+
+/// Give back `token`'s permit or side with native commands (SPEC semantic
+/// 2): `HDEL holders token` is the atomic step (the field is named by the
+/// owner token, so no other holder's share can be touched), pipelined with
+/// `EXISTS line`; when the line key exists, the script in its wake mode
+/// (keep -1) names the first in line if it may go now. The script runs
+/// even when the `HDEL` removed nothing (a resend after a lost reply): the
+/// first one's wake-up may have been lost with it.
+///
+/// Only for a lease its holder's clock still holds valid (the server's
+/// lease end, which `HDEL` does not read, is then ahead too), without a
+/// keep, on one server (the compact form: the script names the line and
+/// channel itself). `None`: the server refused the `HDEL` (a key of another
+/// type, an ACL rule): send [`family_release`], which reports it.
+pub(crate) async fn family_release_native<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<Option<Released>, ScriptError> {
+    let lock = keys.lock();
+    let mut remove = redis::Cmd::with_capacity(3, 8 + lock.len() + token.len());
+    remove.arg("HDEL").arg(lock).arg(token);
+    let mut line = redis::Cmd::with_capacity(2, 8 + keys.line().len());
+    line.arg("EXISTS").arg(keys.line());
+    let mut pipe = redis::Pipeline::with_capacity(2);
+    pipe.ignore_errors();
+    pipe.add_command(remove).add_command(line);
+    let replies: Vec<Value> = pipe.query_async(con).await?;
+    let (removed, someone_waits) = match replies.as_slice() {
+        [Value::Int(removed), Value::Int(exists)] => (*removed == 1, *exists != 0),
+        // EXISTS refused: wake as if someone waited (the script decides).
+        [Value::Int(removed), _] => (*removed == 1, true),
+        _ => return Ok(None),
+    };
+    let owned = if removed { Owned::Yes } else { Owned::No };
+    if !someone_waits {
+        return Ok(Some(Released {
+            owned,
+            next: None,
+            granted: None,
+            in_background: false,
+        }));
+    }
+    let letter = keys
+        .kind
+        .letter()
+        .ok_or_else(|| unexpected("family_release"))?;
+    let mut cmd = evalsha(&SCRIPT, 1);
+    cmd.arg(lock)
+        .arg(token)
+        .arg(letter)
+        .arg(-1)
+        .arg(keys.kind.permits());
+    let woken = decode(invoke(&SCRIPT, &cmd, con).await?)?;
+    Ok(Some(Released { owned, ..woken }))
+}
+
+/// The script's reply.
+fn decode(reply: Value) -> Result<Released, ScriptError> {
     match reply {
         Value::Int(code) => Ok(Released {
             owned: Owned::from_code(code),
