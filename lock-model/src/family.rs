@@ -329,13 +329,29 @@ impl FamilyServer {
 
     /// family_release.lua with keep 0.
     pub fn release(&mut self, token: Tok, now: Time, permits: u8) -> (FamRel, FamEffects) {
-        let mut effects = FamEffects::default();
+        let effects = FamEffects::default();
         match self.holders.iter().find(|h| h.token == token) {
             Some(h) if h.until > now => {}
             _ => return (FamRel::NotOurs, effects),
         }
         self.holders.retain(|h| h.token != token);
         self.tidy();
+        self.wake(now, permits)
+    }
+
+    /// The native release's `HDEL` of `token`'s field (family_release.rs):
+    /// whether it was there, whatever its lease end.
+    pub fn hdel_holder(&mut self, token: Tok) -> bool {
+        let before = self.holders.len();
+        self.holders.retain(|h| h.token != token);
+        self.tidy();
+        self.holders.len() != before
+    }
+
+    /// family_release.lua in its wake mode (keep -1), after a native
+    /// `HDEL`: name the first in line if it may go now.
+    pub fn wake(&mut self, now: Time, permits: u8) -> (FamRel, FamEffects) {
+        let mut effects = FamEffects::default();
         let holders = self.live_holders(now);
         let line = self.live_line(now);
         match line.first() {
@@ -480,11 +496,32 @@ pub enum FamPhase {
     },
     Releasing {
         flight: Flight<FamRel>,
+        giving: Giving,
     },
     Abandoning {
         flight: Flight<bool>,
     },
     Dead,
+}
+
+/// How a release gives the permit or side back (family_release.rs): the
+/// script, or the native pipeline (`HDEL` of the holder's field, then
+/// `EXISTS` of the line, each its own server step) and, when the line
+/// exists, the script in its wake mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Giving {
+    /// family_release.lua with keep 0: a lease no longer valid here.
+    Script,
+    /// The pipeline, its `HDEL` not applied yet.
+    Hdel,
+    /// The pipeline's `HDEL` applied (and whether it removed the field);
+    /// its `EXISTS` not yet.
+    Exists { removed: bool },
+    /// The pipeline answered; whether the line exists.
+    Answered { line: bool },
+    /// family_release.lua's wake mode (keep -1), after the `HDEL` that
+    /// removed the field or not.
+    Wake { removed: bool },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -731,7 +768,7 @@ fn fail(phase: &mut FamPhase) {
             renewing: Some((_, flight)),
             ..
         } => *flight = Flight::Failed,
-        FamPhase::Releasing { flight } => *flight = Flight::Failed,
+        FamPhase::Releasing { flight, .. } => *flight = Flight::Failed,
         FamPhase::Abandoning { flight } => *flight = Flight::Failed,
         _ => {}
     }
@@ -806,7 +843,7 @@ impl Model for Family {
                     renewing: Some((_, flight)),
                     ..
                 } => Some((stage(&flight), false)),
-                FamPhase::Releasing { flight } => Some((stage(&flight), true)),
+                FamPhase::Releasing { flight, .. } => Some((stage(&flight), true)),
                 FamPhase::Abandoning { flight } => Some((stage(&flight), true)),
                 _ => None,
             };
@@ -926,12 +963,34 @@ impl Model for Family {
                             renewing: Some((sent, Flight::Replied(ok))),
                         };
                     }
-                    FamPhase::Releasing { .. } => {
-                        let (reply, effects) = w.server.release(token, now, permits);
-                        self.announce(&mut w, effects);
-                        w.clients[ci].phase = FamPhase::Releasing {
-                            flight: Flight::Replied(reply),
+                    FamPhase::Releasing { giving, .. } => {
+                        let (flight, giving) = match giving {
+                            Giving::Script => {
+                                let (reply, effects) = w.server.release(token, now, permits);
+                                self.announce(&mut w, effects);
+                                (Flight::Replied(reply), giving)
+                            }
+                            Giving::Hdel => {
+                                let removed = w.server.hdel_holder(token);
+                                (Flight::Sent, Giving::Exists { removed })
+                            }
+                            Giving::Exists { removed } => {
+                                let line = !w.server.line.is_empty();
+                                let reply = if removed {
+                                    FamRel::Released
+                                } else {
+                                    FamRel::NotOurs
+                                };
+                                (Flight::Replied(reply), Giving::Answered { line })
+                            }
+                            Giving::Wake { .. } => {
+                                let (reply, effects) = w.server.wake(now, permits);
+                                self.announce(&mut w, effects);
+                                (Flight::Replied(reply), giving)
+                            }
+                            Giving::Answered { .. } => return None,
                         };
+                        w.clients[ci].phase = FamPhase::Releasing { flight, giving };
                     }
                     FamPhase::Abandoning { .. } => {
                         let (held, effects) = w.server.abandon(token, now, permits);
@@ -1011,11 +1070,23 @@ impl Model for Family {
                     }
                     FamPhase::Releasing {
                         flight: Flight::Replied(reply),
+                        giving,
                     } => {
-                        if reply != FamRel::NotOurs {
+                        let ours = match giving {
+                            Giving::Wake { removed } => removed,
+                            _ => reply != FamRel::NotOurs,
+                        };
+                        if ours {
                             cl.gate.closed = None;
                         }
-                        FamPhase::Idle
+                        match giving {
+                            // Someone may wait: the wake mode runs next.
+                            Giving::Answered { line: true } => FamPhase::Releasing {
+                                flight: Flight::Sent,
+                                giving: Giving::Wake { removed: ours },
+                            },
+                            _ => FamPhase::Idle,
+                        }
                     }
                     FamPhase::Abandoning {
                         flight: Flight::Replied(_),
@@ -1044,9 +1115,16 @@ impl Model for Family {
                             renewing: None,
                         }
                     }
-                    FamPhase::Releasing { .. } => {
+                    FamPhase::Releasing { giving, .. } => {
+                        // A resend sends the whole call again: the
+                        // pipeline first, if that is how it gives back.
+                        let giving = match giving {
+                            Giving::Script => Giving::Script,
+                            _ => Giving::Hdel,
+                        };
                         cl.phase = FamPhase::Releasing {
                             flight: Flight::Sent,
+                            giving,
                         }
                     }
                     FamPhase::Abandoning { .. } => {
@@ -1089,8 +1167,16 @@ impl Model for Family {
                 }
             }
             Action::Release(c) => {
-                w.clients[usize::from(c)].phase = FamPhase::Releasing {
+                let cl = &mut w.clients[usize::from(c)];
+                // Native while the lease is valid here (family.rs in
+                // lock-core), else the script.
+                let giving = match cl.phase {
+                    FamPhase::Holding { valid, .. } if now < valid => Giving::Hdel,
+                    _ => Giving::Script,
+                };
+                cl.phase = FamPhase::Releasing {
                     flight: Flight::Sent,
+                    giving,
                 };
             }
             Action::SeeChange(c) => self.see_change(&mut w, c),

@@ -883,7 +883,7 @@ mod family {
         FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE,
     };
     use leasehold_model::family::{
-        FamAcq, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Kind,
+        FamAcq, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Giving, Kind,
     };
     use leasehold_model::scripts::{Exp, GRACE, LEASE, Tok};
     use leasehold_model::{Action, Expectation, Model, discover_family};
@@ -1274,7 +1274,31 @@ mod family {
                             };
                             *self.seen.entry(seen).or_default() += 1;
                         }
-                        FamPhase::Releasing { .. } => {
+                        FamPhase::Releasing {
+                            giving: Giving::Hdel,
+                            ..
+                        } => {
+                            let real: i64 = redis::cmd("HDEL")
+                                .arg(LOCK)
+                                .arg(token(t))
+                                .query(self.con)
+                                .expect("HDEL");
+                            assert_eq!(real == 1, server.hdel_holder(t), "{step}: HDEL");
+                            *self.seen.entry("release: native").or_default() += 1;
+                        }
+                        FamPhase::Releasing {
+                            giving: Giving::Exists { .. },
+                            ..
+                        } => {
+                            let real: i64 = redis::cmd("EXISTS")
+                                .arg(LINE)
+                                .query(self.con)
+                                .expect("EXISTS");
+                            assert_eq!(real == 1, !server.line.is_empty(), "{step}: EXISTS line");
+                        }
+                        FamPhase::Releasing { giving, .. } => {
+                            // The script: keep 0, or its wake mode (-1).
+                            let wake = matches!(giving, Giving::Wake { .. });
                             let compact = self.compact();
                             let letter = self.letter(t);
                             let script = Script::new(FAMILY_RELEASE_SOURCE);
@@ -1282,12 +1306,20 @@ mod family {
                             if !compact {
                                 call.key(LINE).key(PLACES);
                             }
-                            call.arg(token(t)).arg(letter).arg(0).arg(permits);
+                            call.arg(token(t))
+                                .arg(letter)
+                                .arg(if wake { -1 } else { 0 })
+                                .arg(permits);
                             if !compact {
                                 call.arg(CHANNEL).arg("PUBLISH");
                             }
                             let real: Value = call.invoke(self.con).expect("family_release.lua");
-                            let (model, _) = server.release(t, now, permits);
+                            let (model, _) = if wake {
+                                *self.seen.entry("release: woken").or_default() += 1;
+                                server.wake(now, permits)
+                            } else {
+                                server.release(t, now, permits)
+                            };
                             match (&real, model) {
                                 (Value::Int(0), FamRel::NotOurs) => {
                                     *self.seen.entry("release: not ours").or_default() += 1;
@@ -1526,6 +1558,8 @@ mod family {
             "release: next",
             "release: released",
             "release: not ours",
+            "release: native",
+            "release: woken",
             "renew: renewed",
             "renew: not ours",
             "renew: force-released",

@@ -31,8 +31,14 @@
 //! - the write side: nobody holds it and nobody waits before it.
 //!
 //! A free grant (no holders key, no line key, no fence key) is the acquire
-//! script's first branch: `TIME`, `EXISTS`, `HSET`, `PEXPIRE`, and a release that leaves neither key stops after `HDEL` and
-//! `EXISTS`: nothing to drop, nobody to pass over or to tell.
+//! script's first branch: `TIME`, `EXISTS`, `HSET`, `PEXPIRE`. A release
+//! of a lease still valid on its holder's clock, on one server, is no
+//! script: `HDEL` of the holder's own field (named by its owner token)
+//! pipelined with `EXISTS` of the line; only a line that exists makes the
+//! release script run, in its wake mode, to name the first in line
+//! (`scripts/family_release.rs`). Otherwise the release script checks the
+//! lease end itself, and stops after `HDEL` and `EXISTS` when neither key
+//! is left: nothing to drop, nobody to pass over or to tell.
 //!
 //! A release names the first in line when it may go; each grant names the
 //! next one if it may go too (the next reader after a writer, the next
