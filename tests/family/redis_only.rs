@@ -280,3 +280,75 @@ async fn cluster_lock_all_in_one_slot_is_not_overtaken() {
     both.release().await.unwrap();
     assert!(c.lock("t:1").try_acquire().await.unwrap().is_some());
 }
+
+/// The `calls` of `command` in the server's `INFO commandstats`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let redis::Value::BulkString(text) = server.cmd(&["INFO", "commandstats"]) else {
+        panic!("INFO commandstats");
+    };
+    let text = String::from_utf8(text).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// A permit still valid is given back without a script (`HDEL` of its own
+/// field, `EXISTS` of the line); with someone in line, the release
+/// script's wake mode tells the first waiter at once, here one on another
+/// connection, which would otherwise sleep until the holder's 30 s lease
+/// ran out and give up after its 20 s budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_secs(30);
+
+    // Nobody waits: no script at all for the release.
+    let permit = holder
+        .semaphore("native", 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    permit.release().await.unwrap();
+    assert_eq!(calls(&server, "evalsha"), 0, "the release ran a script");
+    assert_eq!(calls(&server, "hdel"), 1);
+    assert_eq!(
+        server.cmd(&["EXISTS", "leasehold:{native}:lock"]),
+        redis::Value::Int(0)
+    );
+
+    // Someone waits on another connection: woken by the wake mode.
+    let permit = holder
+        .semaphore("native", 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .semaphore("native", 1)
+            .ttl(ttl)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.cmd(&["LLEN", "leasehold:{native}:line"]) != redis::Value::Int(1) {
+        assert!(tokio::time::Instant::now() < deadline, "never in line");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    permit.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    // The wake mode, then the waiter's own attempt (or more of them).
+    assert!(calls(&server, "evalsha") >= 2);
+    next.release().await.unwrap();
+}
