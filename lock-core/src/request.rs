@@ -220,7 +220,7 @@ impl LockRequest {
         }
 
         let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?;
-        let mut waiter = Waiter::new(&self.client.backend, &keys, &token);
+        let mut waiter = Waiter::new(&self.client.backend, &keys, &token, Instant::now());
         let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;
@@ -324,7 +324,12 @@ impl LockRequest {
         waiter: &mut Waiter<'_>,
         observed: &mut Acquisition,
     ) -> Result<(u64, Instant), LockError> {
-        let deadline = Instant::now() + self.wait;
+        // One reading of the clock for the start, the deadline and the
+        // first attempt's sending (a little before it: its lease counts
+        // from then, the safe side).
+        let started = waiter.started();
+        let deadline = started + self.wait;
+        let mut first = Some(started);
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
         let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
@@ -345,7 +350,7 @@ impl LockRequest {
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
             let armed = waiter.arm();
-            let sent_at = Instant::now();
+            let sent_at = first.take().unwrap_or_else(Instant::now);
             observed.attempt();
             let sleep_for = match waiter.attempt(self.ttl, in_line, sent_at).await {
                 Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),

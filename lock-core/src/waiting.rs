@@ -72,7 +72,14 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl<'a> Waiter<'a> {
-    pub(crate) fn new(backend: &'a Arc<dyn Backend>, keys: &'a LockKeys, token: &'a str) -> Self {
+    /// Started at `started` (a reading of the clock the caller also uses
+    /// for its deadline and first attempt).
+    pub(crate) fn new(
+        backend: &'a Arc<dyn Backend>,
+        keys: &'a LockKeys,
+        token: &'a str,
+        started: Instant,
+    ) -> Self {
         Waiter {
             backend,
             keys,
@@ -81,8 +88,13 @@ impl<'a> Waiter<'a> {
             wakeup: None,
             listening: false,
             done: false,
-            started: Instant::now(),
+            started,
         }
+    }
+
+    /// When it started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     /// One attempt, sent at `sent_at`; with `in_line`, a busy reply keeps

@@ -337,7 +337,9 @@ impl<T: Topology> RedisBackend<T> {
             keep,
             deadline,
         };
-        let in_line_until = (Instant::now() + RELEASE_IN_LINE).min(deadline);
+        // Read the clock only when a retry needs it (the common release
+        // never does): the time in line counts from the first retry.
+        let mut in_line_until = None;
         let mut delay = Duration::from_millis(10);
         loop {
             let result = self
@@ -347,7 +349,10 @@ impl<T: Topology> RedisBackend<T> {
                 .await;
             match result {
                 Err(e) if args.retry(&e, delay) => {
-                    if Instant::now() + delay >= in_line_until {
+                    let now = Instant::now();
+                    let until =
+                        *in_line_until.get_or_insert_with(|| (now + RELEASE_IN_LINE).min(deadline));
+                    if now + delay >= until {
                         self.release_in_background(keys, token, args, delay);
                         return Ok(scripts::Released {
                             owned: Owned::Yes,

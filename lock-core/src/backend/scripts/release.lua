@@ -65,10 +65,6 @@
 -- (Plain values, not a table: Redis converts a table reply field by field.)
 
 local compact = #KEYS == 1
--- The name of the lock's `suffix` key in the compact form.
-local function sibling(suffix)
-  return string.sub(KEYS[1], 1, -6) .. suffix
-end
 
 local holder, lined = unmarked(typed('GET', KEYS[1]))
 if type(holder) == 'table' and holder.err then
@@ -92,6 +88,11 @@ end
 -- time on every call).
 if not lined and not (compact and ARGV[3] == '1') and (compact or ARGV[5] == '0') then
   return 1
+end
+
+-- The name of the lock's `suffix` key in the compact form.
+local function sibling(suffix)
+  return string.sub(KEYS[1], 1, -6) .. suffix
 end
 local line = compact and sibling(':line') or KEYS[2]
 local places = compact and sibling(':places') or KEYS[3]
