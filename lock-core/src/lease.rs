@@ -422,7 +422,7 @@ impl Renewable for Lease {
         if status.state != State::Held {
             return None;
         }
-        let record = (!self.is_recorded()).then_some(self.fence);
+        let record = (!self.is_recorded()).then_some((self.fence, self.settings.ttl));
         let ttl = if record.is_some() && !audit {
             // Due to have its fencing token written down: checked only (a
             // renewal, if any, follows a period later).

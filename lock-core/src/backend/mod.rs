@@ -306,8 +306,9 @@ pub(crate) struct Renewal {
     pub(crate) ttl: Duration,
     /// The lease's fencing token, to be recorded for `inspect` (once, a
     /// moment after a grant on a backend that records lazily; see
-    /// [`Backend::records_lazily`]).
-    pub(crate) record: Option<u64>,
+    /// [`Backend::records_lazily`]), and the lease's length (the record
+    /// outlives it).
+    pub(crate) record: Option<(u64, Duration)>,
 }
 
 /// One held lock as the store sees it (see `LockInfo`, built from it).

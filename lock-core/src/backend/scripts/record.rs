@@ -1,8 +1,10 @@
 //! `record.lua`: renew leases taken on the fast path and write their
 //! fencing tokens down, for `inspect` (see `fast.rs`).
 
+use redis::Value;
 use redis::aio::ConnectionLike;
 
+use super::native::{Natives, Offered};
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, Owned, Renewal};
@@ -28,15 +30,99 @@ const RECORD_CHUNK: usize = 100;
 /// fencing token each carries in `record` (the caller sends only such
 /// renewals), [`RECORD_CHUNK`] leases per call. One outcome per lease, as
 /// `renew.lua` gives them.
+///
+/// A chunk of checks only (the usual record: a zero TTL) goes without a
+/// script where `offered` has the fast path's commands (see
+/// [`record_natively`]).
 pub(crate) async fn record<C: ConnectionLike>(
     con: &mut C,
     batch: &[&Renewal],
+    offered: &Offered,
 ) -> Result<Vec<Owned>, ScriptError> {
+    let native = offered.get().has(Natives::SET_NX_GET);
     let mut out = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(RECORD_CHUNK) {
-        out.extend(record_chunk(con, chunk).await?);
+        let checks_only = chunk.iter().all(|renewal| renewal.ttl.is_zero());
+        let done = if native && checks_only {
+            record_natively(con, chunk).await?
+        } else {
+            None
+        };
+        match done {
+            Some(owned) => out.extend(owned),
+            None => out.extend(record_chunk(con, chunk).await?),
+        }
     }
     Ok(out)
+}
+
+/// Check and record a chunk of leases with native commands, pipelined (not
+/// atomic, so it holds the server no longer than any other commands): per
+/// lease `GET` of its lock key (ours: the token, with or without the line
+/// marker) and `SET` of its grant record (`<fence> <owner token>`, living
+/// the lease's length plus [`FENCE_MEMORY`], a little longer than
+/// `record.lua`'s lease left plus the same).
+///
+/// The record is written whoever holds the lock: it names its owner, and
+/// `inspect.lua` trusts a record only when that owner holds the lock, so a
+/// record written for a lease lost meanwhile labels nobody else's. The
+/// leases the `GET` did not find ours go to `record.lua` for the exact
+/// answer (not ours, another type, released by an operator). `None`: a
+/// `SET` was refused (an ACL rule, out of memory): the script serves the
+/// chunk and reports it.
+async fn record_natively<C: ConnectionLike>(
+    con: &mut C,
+    chunk: &[&Renewal],
+) -> Result<Option<Vec<Owned>>, ScriptError> {
+    let mut pipe = redis::Pipeline::with_capacity(chunk.len() * 2);
+    pipe.ignore_errors();
+    for renewal in chunk {
+        let (fence, lease) = renewal.record.unwrap_or_default();
+        let lock = renewal.keys.lock();
+        let mut read = redis::Cmd::with_capacity(2, 8 + lock.len());
+        read.arg("GET").arg(lock);
+        let record = renewal.keys.grant_record();
+        let mut write = redis::Cmd::with_capacity(5, 64 + record.len() + renewal.token.len());
+        write
+            .arg("SET")
+            .arg(record)
+            .arg(format!("{fence} {}", renewal.token))
+            .arg("PX")
+            .arg(millis(lease + FENCE_MEMORY));
+        pipe.add_command(read).add_command(write);
+    }
+    let replies: Vec<Value> = pipe.query_async(con).await?;
+    if replies.len() != chunk.len() * 2
+        || replies
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .any(|written| matches!(written, Value::ServerError(_)))
+    {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(chunk.len());
+    let mut unsure = Vec::new();
+    for (i, (renewal, read)) in chunk.iter().zip(replies.iter().step_by(2)).enumerate() {
+        match read {
+            Value::BulkString(holder)
+                if holder.strip_prefix(b"+").unwrap_or(holder) == renewal.token.as_bytes() =>
+            {
+                out.push(Owned::Yes);
+            }
+            _ => {
+                out.push(Owned::No);
+                unsure.push(i);
+            }
+        }
+    }
+    if !unsure.is_empty() {
+        let again: Vec<&Renewal> = unsure.iter().map(|&i| chunk[i]).collect();
+        for (&i, owned) in unsure.iter().zip(record_chunk(con, &again).await?) {
+            out[i] = owned;
+        }
+    }
+    Ok(Some(out))
 }
 
 /// One `record.lua` call for `batch`.
@@ -60,7 +146,7 @@ async fn record_chunk<C: ConnectionLike>(
         };
         cmd.arg(&*renewal.token)
             .arg(ttl)
-            .arg(renewal.record.unwrap_or(0));
+            .arg(renewal.record.map_or(0, |(fence, _)| fence));
     }
     cmd.arg(millis(FENCE_MEMORY));
     let codes: Vec<i64> = invoke(&SCRIPT, &cmd, con).await?;

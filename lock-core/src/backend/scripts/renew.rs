@@ -44,7 +44,10 @@ pub(crate) async fn renew<C: ConnectionLike>(
         .partition(|(_, renewal)| renewal.record.is_some());
     let mut out = vec![Owned::No; batch.len()];
     let records: Vec<&Renewal> = recorded.iter().map(|(_, r)| *r).collect();
-    for ((i, _), owned) in recorded.iter().zip(super::record(con, &records).await?) {
+    for ((i, _), owned) in recorded
+        .iter()
+        .zip(super::record(con, &records, offered).await?)
+    {
         out[*i] = owned;
     }
     if !plain.is_empty() {
