@@ -15,7 +15,7 @@
 //! is above the last token written (otherwise `acquire.lua` decides, and
 //! writes the raised token down, see [`Fast::Resolve`]). Nothing else is
 //! written: the token is recorded for `inspect` later, only if the lease is
-//! held long enough to be seen (`record.lua`, through the watchdog). This is
+//! held long enough to be seen (through the watchdog, `record.rs`). This is
 //! the whole price of an uncontended acquisition: one `SET` and two reads
 //! (COSTS.md: about a tenth of an `EVALSHA` of `acquire.lua`, whose fence
 //! key write is what costs).
