@@ -314,8 +314,11 @@ async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
         .unwrap();
     server.cmd(&["CONFIG", "RESETSTAT"]);
     permit.release().await.unwrap();
-    assert_eq!(calls(&server, "evalsha"), 0, "the release ran a script");
-    assert_eq!(calls(&server, "hdel"), 1);
+    if server.is_redis7() {
+        // Where the fast path's commands are (Redis >= 7, every Valkey).
+        assert_eq!(calls(&server, "evalsha"), 0, "the release ran a script");
+        assert_eq!(calls(&server, "hdel"), 1);
+    }
     assert_eq!(
         server.cmd(&["EXISTS", "leasehold:{native}:lock"]),
         redis::Value::Int(0)
