@@ -17,34 +17,27 @@ pub(crate) fn owner_token(name: &str) -> Result<Arc<str>, LockError> {
             format!("the operating system's random generator failed: {e}"),
         )
     })?;
+    let digits = hex(&bytes);
     let mut buffer = [0u8; 128];
-    let len = 33 + name.len();
-    if len > buffer.len() {
-        let mut token = hex(&bytes);
-        token.push(':');
-        token.push_str(name);
-        return Ok(token.into());
-    }
-    for (i, b) in bytes.iter().enumerate() {
-        buffer[2 * i] = DIGITS[usize::from(b >> 4)];
-        buffer[2 * i + 1] = DIGITS[usize::from(b & 0x0f)];
-    }
-    buffer[32] = b':';
-    buffer[33..len].copy_from_slice(name.as_bytes());
-    // Hex digits, ':' and a `&str`: valid UTF-8 by construction.
-    match std::str::from_utf8(&buffer[..len]) {
-        Ok(token) => Ok(Arc::from(token)),
-        Err(_) => Ok(format!("{}:{name}", hex(&bytes)).into()),
-    }
+    let len = digits.len() + 1 + name.len();
+    let Some(token) = buffer.get_mut(..len) else {
+        // A long name: one allocation more.
+        return Ok(format!("{}:{name}", String::from_utf8_lossy(&digits)).into());
+    };
+    token[..digits.len()].copy_from_slice(&digits);
+    token[digits.len()] = b':';
+    token[digits.len() + 1..].copy_from_slice(name.as_bytes());
+    // Hex digits, ':' and a `&str`: valid UTF-8, borrowed as it is.
+    Ok(Arc::from(String::from_utf8_lossy(token).as_ref()))
 }
 
-const DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+/// `bytes` as lowercase hex digits.
+fn hex(bytes: &[u8; 16]) -> [u8; 32] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 32];
+    for (i, b) in bytes.iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 0x0f)];
     }
     out
 }
@@ -65,7 +58,9 @@ mod tests {
         let c = owner_token(&long)?;
         assert_eq!(c.len(), 33 + 200);
         assert!(c.ends_with(&format!(":{long}")));
-        assert_eq!(hex(&[0x00, 0xff, 0x1a]), "00ff1a");
+        let mut bytes = [0u8; 16];
+        bytes[..3].copy_from_slice(&[0x00, 0xff, 0x1a]);
+        assert!(hex(&bytes).starts_with(b"00ff1a"));
         Ok(())
     }
 }

@@ -304,6 +304,15 @@ async fn data_layout_uses_one_hash_tag_and_the_prefix() {
         record_ttl > 3_600_000 && record_ttl <= 3_605_000,
         "{record_ttl}"
     );
+    // A record naming another owner (a late record of a lease lost
+    // meanwhile: records are written whoever holds the lock) is not taken
+    // for the holder's.
+    server.cmd(&["SET", "app:{order:42}:grant", "999 someone-else:x"]);
+    let shown = client.inspect("order:42").await.unwrap().unwrap();
+    assert_ne!(
+        shown.fencing_token, 999,
+        "another owner's record was trusted"
+    );
     guard.release().await.unwrap();
     let mut left = server.keys("*");
     left.retain(|k| k != "app:{order:42}:fence");

@@ -281,18 +281,6 @@ async fn cluster_lock_all_in_one_slot_is_not_overtaken() {
     assert!(c.lock("t:1").try_acquire().await.unwrap().is_some());
 }
 
-/// The `calls` of `command` in the server's `INFO commandstats`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let redis::Value::BulkString(text) = server.cmd(&["INFO", "commandstats"]) else {
-        panic!("INFO commandstats");
-    };
-    let text = String::from_utf8(text).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 /// A permit still valid is given back without a script (`HDEL` of its own
 /// field, `EXISTS` of the line); with someone in line, the release
 /// script's wake mode tells the first waiter at once, here one on another
@@ -316,8 +304,12 @@ async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
     permit.release().await.unwrap();
     if server.is_redis7() {
         // Where the fast path's commands are (Redis >= 7, every Valkey).
-        assert_eq!(calls(&server, "evalsha"), 0, "the release ran a script");
-        assert_eq!(calls(&server, "hdel"), 1);
+        assert_eq!(
+            server.command_calls("evalsha"),
+            0,
+            "the release ran a script"
+        );
+        assert_eq!(server.command_calls("hdel"), 1);
     }
     assert_eq!(
         server.cmd(&["EXISTS", "leasehold:{native}:lock"]),
@@ -339,11 +331,7 @@ async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
             .acquire()
             .await
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while server.cmd(&["LLEN", "leasehold:{native}:line"]) != redis::Value::Int(1) {
-        assert!(tokio::time::Instant::now() < deadline, "never in line");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::semantics::until_in_line(&holder, "native", 1).await;
     server.cmd(&["CONFIG", "RESETSTAT"]);
     permit.release().await.unwrap();
     let next = tokio::time::timeout(Duration::from_secs(10), waiter)
@@ -352,6 +340,6 @@ async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
         .unwrap()
         .unwrap();
     // The wake mode, then the waiter's own attempt (or more of them).
-    assert!(calls(&server, "evalsha") >= 2);
+    assert!(server.command_calls("evalsha") >= 2);
     next.release().await.unwrap();
 }

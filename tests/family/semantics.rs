@@ -37,7 +37,7 @@ async fn waiters(client: &LockClient, key: &str) -> usize {
 }
 
 /// Wait until `n` wait in line for `key` (a hang guard, not a timing check).
-async fn until_in_line(client: &LockClient, key: &str, n: usize) {
+pub(crate) async fn until_in_line(client: &LockClient, key: &str, n: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while waiters(client, key).await != n {
         assert!(

@@ -12,7 +12,6 @@ use futures_util::future::join_all;
 
 use super::{RedisBackend, Topology};
 use crate::backend::family::{AllKeys, Kind};
-use crate::backend::scripts::native::Natives;
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Announcement;
 use crate::backend::{Acquired, Attempt, Inspected, LockKeys, Owned, Release, Renewal};
@@ -39,23 +38,13 @@ impl<T: Topology> RedisBackend<T> {
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let (keys, token, keep, deadline) = release.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
-        // Native (`HDEL`, see family_release_native) where the lock's own
-        // fast path is (natives offered and not turned off), for a lease
-        // still valid here, given back now, on one server.
-        let native = keep.is_zero()
-            && one_server
-            && publish == "PUBLISH"
-            && self.gate.offered().get().has(Natives::SET_NX_GET)
-            && Instant::now() < deadline;
+        // Without a script where it may (see `scripts::family_release`):
+        // the lease is still valid here.
+        let native = self.gate.offered().fast_path() && Instant::now() < deadline;
         let released = self
             .call(|mut con| async move {
-                if native
-                    && let Some(released) =
-                        scripts::family_release_native(&mut con, keys, token).await?
-                {
-                    return Ok(released);
-                }
-                scripts::family_release(&mut con, keys, token, keep, publish, one_server).await
+                scripts::family_release(&mut con, keys, token, keep, publish, one_server, native)
+                    .await
             })
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;

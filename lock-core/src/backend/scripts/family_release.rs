@@ -23,7 +23,10 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// non-zero `keep`, let it end after `keep`); the next in line, if it may
 /// go now, is told on the release channel with `publish` and named in the
 /// reply. On one server (`one_server`, not Cluster) it sends the script's
-/// compact form, where the script names the line and the channel itself.
+/// compact form, where the script names the line and the channel itself;
+/// there, with `native` (plain commands may stand in, and the lease is
+/// still valid on its holder's clock) and no keep, it gives the permit
+/// back without the script ([`family_release_native`]).
 pub(crate) async fn family_release<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
@@ -31,12 +34,20 @@ pub(crate) async fn family_release<C: ConnectionLike>(
     keep: Duration,
     publish: &str,
     one_server: bool,
+    native: bool,
 ) -> Result<Released, ScriptError> {
+    let compact = one_server && publish == "PUBLISH";
+    if native
+        && compact
+        && keep.is_zero()
+        && let Some(released) = family_release_native(con, keys, token).await?
+    {
+        return Ok(released);
+    }
     let letter = keys
         .kind
         .letter()
         .ok_or_else(|| unexpected("family_release"))?;
-    let compact = one_server && publish == "PUBLISH";
     let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 3 });
     cmd.arg(keys.lock());
     if !compact {
@@ -65,7 +76,7 @@ pub(crate) async fn family_release<C: ConnectionLike>(
 /// keep, on one server (the compact form: the script names the line and
 /// channel itself). `None`: the server refused the `HDEL` (a key of another
 /// type, an ACL rule): send [`family_release`], which reports it.
-pub(crate) async fn family_release_native<C: ConnectionLike>(
+async fn family_release_native<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,

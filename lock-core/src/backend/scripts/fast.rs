@@ -71,7 +71,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     token: &str,
     ttl: Duration,
 ) -> Result<Option<Fast>, ScriptError> {
-    if !offered.get().has(Natives::SET_NX_GET) {
+    if !offered.fast_path() {
         return Ok(None);
     }
     // Every buffer sized from the start: growing them argument by argument

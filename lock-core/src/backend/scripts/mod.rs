@@ -56,7 +56,7 @@ pub use family_force_release::SOURCE as FAMILY_FORCE_RELEASE_SOURCE;
 pub(crate) use family_force_release::family_force_release;
 pub(crate) use family_inspect::family_inspect;
 pub use family_release::SOURCE as FAMILY_RELEASE_SOURCE;
-pub(crate) use family_release::{family_release, family_release_native};
+pub(crate) use family_release::family_release;
 pub use family_renew::SOURCE as FAMILY_RENEW_SOURCE;
 pub(crate) use family_renew::family_renew;
 pub(crate) use force_release::force_release;

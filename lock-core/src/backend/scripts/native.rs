@@ -134,6 +134,14 @@ impl Offered {
         Natives(self.seen.load(Ordering::Acquire) & !self.refused.load(Ordering::Acquire))
     }
 
+    /// Whether plain commands, pipelined, may stand in for a script where
+    /// they can (the fast acquisition, a family release, grant records):
+    /// the server has `SET … NX GET` (Redis ≥ 7, every Valkey) and natives
+    /// are not turned off.
+    pub(crate) fn fast_path(&self) -> bool {
+        self.get().has(Natives::SET_NX_GET)
+    }
+
     /// The server (as its `INFO` says) offers `natives`.
     pub(crate) fn learn(&self, natives: Natives) {
         self.seen.store(natives.0, Ordering::Release);

@@ -4,7 +4,7 @@
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::native::{Natives, Offered};
+use super::native::Offered;
 use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, Owned, Renewal};
@@ -39,7 +39,7 @@ pub(crate) async fn record<C: ConnectionLike>(
     batch: &[&Renewal],
     offered: &Offered,
 ) -> Result<Vec<Owned>, ScriptError> {
-    let native = offered.get().has(Natives::SET_NX_GET);
+    let native = offered.fast_path();
     let mut out = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(RECORD_CHUNK) {
         let checks_only = chunk.iter().all(|renewal| renewal.ttl.is_zero());
