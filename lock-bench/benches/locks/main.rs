@@ -11,6 +11,7 @@
 //! interleaved) and reports the median; `--quick` runs each once, shorter.
 
 mod adapters;
+mod count;
 mod report;
 mod scenarios;
 mod stats;
@@ -29,13 +30,16 @@ use support::RedisServer;
 #[global_allocator]
 static ALLOCATOR: stats::Counting = stats::Counting;
 
-const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S9]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S9]";
 
 struct Args {
     quick: bool,
     reps: usize,
     kinds: Vec<Kind>,
     only: Vec<String>,
+    /// `--count N`: N pairs per implementation for an instruction profile
+    /// (`count.rs`), no scenario.
+    count: Option<u64>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
@@ -44,6 +48,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         reps: 0,
         kinds: Kind::ALL.to_vec(),
         only: Vec::new(),
+        count: None,
     };
     let mut invoked_by_cargo_bench = false;
     let mut it = std::env::args().skip(1);
@@ -55,6 +60,13 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--reps" => {
                 let n = it.next().ok_or("--reps needs a number")?;
                 args.reps = n.parse().map_err(|_| format!("--reps {n}: not a number"))?;
+            }
+            "--count" => {
+                let n = it.next().ok_or("--count needs a number")?;
+                args.count = Some(
+                    n.parse()
+                        .map_err(|_| format!("--count {n}: not a number"))?,
+                );
             }
             "--impls" => {
                 let list = it.next().ok_or("--impls needs a list")?;
@@ -95,6 +107,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(n) = args.count {
+        let server = RedisServer::start();
+        if let Err(e) = count::run(&server, &args.kinds, n) {
+            eprintln!("--count: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let started = Instant::now();
     let selected = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
 

@@ -50,6 +50,10 @@ use crate::error::LockError;
 use gate::Admission;
 pub(crate) use gate::Gate;
 
+/// The first pause before a release the server asked to retry is tried
+/// again (doubled on each later try).
+const FIRST_RELEASE_RETRY_DELAY: Duration = Duration::from_millis(10);
+
 /// The longest pause between two tries of a release the server asked to
 /// retry (`TRYAGAIN` during a slot migration, a reconnect).
 const MAX_RELEASE_RETRY_DELAY: Duration = Duration::from_millis(200);
@@ -269,7 +273,9 @@ impl<T: Topology> RedisBackend<T> {
         match op().await {
             Err(e) if e.connection_broke() => {
                 tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, sending again");
-                op().await
+                // Boxed: the resend's future would otherwise double the
+                // size of every call's.
+                Box::pin(op()).await
             }
             other => other,
         }
@@ -290,11 +296,16 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
-        let refusal = match self.gate.admit(keys.key(), ttl)? {
-            Admission::Open => return Ok(()),
-            Admission::Closed(refusal) => return Err(refusal),
-            Admission::Check(refusal) => refusal,
-        };
+        match self.gate.admit(keys.key(), ttl)? {
+            Admission::Open => Ok(()),
+            Admission::Closed(refusal) => Err(refusal),
+            Admission::Check(refusal) => self.check_survival(keys, refusal).await,
+        }
+    }
+
+    /// A key closed by a change is admitted after all when its lock key or
+    /// its survival mark is on the server; `refusal` otherwise.
+    async fn check_survival(&self, keys: &LockKeys, refusal: LockError) -> Result<(), LockError> {
         let mark = keys.survival_mark();
         let mark = &mark;
         let exists = self
@@ -313,6 +324,159 @@ impl<T: Topology> RedisBackend<T> {
             return Ok(());
         }
         Err(refusal)
+    }
+
+    /// An acquisition's first attempt on the fast path (see
+    /// `scripts/fast.rs`), on a server whose identity was read: admitted
+    /// without a round trip in the common case, then the native pipeline;
+    /// anything it does not settle goes on in [`Self::after_fast`], boxed
+    /// apart so that this future stays small.
+    async fn acquire_fast(&self, attempt: Attempt<'_>) -> Result<Acquired, LockError> {
+        let (keys, token, ttl, _) = attempt.parts();
+        match self.gate.admit(keys.key(), ttl)? {
+            Admission::Open => {}
+            Admission::Closed(refusal) => return Err(refusal),
+            Admission::Check(refusal) => Box::pin(self.check_survival(keys, refusal)).await?,
+        }
+        let connection = self.gate.connection_number();
+        let mut con = self.topology.connection();
+        let first = scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await;
+        match first {
+            Ok(Some(scripts::fast::Fast::Yes { fence }))
+                if self.gate.connection_number() == connection =>
+            {
+                Ok(Acquired::Yes { fence })
+            }
+            Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
+            other => Box::pin(self.after_fast(attempt, con, other, connection)).await,
+        }
+    }
+
+    /// What the fast pipeline left open: the script decides (claimed, when
+    /// the pipeline may have taken the lock), a broken connection is
+    /// checked, a grant over a replaced connection is admitted again.
+    async fn after_fast(
+        &self,
+        attempt: Attempt<'_>,
+        con: T::Conn,
+        first: Result<Option<scripts::fast::Fast>, ScriptError>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let result = match first {
+            Ok(Some(scripts::fast::Fast::Yes { fence })) => Ok(Acquired::Yes { fence }),
+            Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
+            Ok(Some(scripts::fast::Fast::Resolve)) => self.attempt_script(con, attempt, true).await,
+            Ok(None) => self.attempt_script(con, attempt, false).await,
+            Err(e) => Err(e),
+        };
+        self.settle(attempt, result, connection).await
+    }
+
+    /// Any attempt but a fast one on a checked server: the server's
+    /// identity read first if need be, the gate asked, then the script (or
+    /// the fast path, once the server is checked).
+    async fn acquire_checked(&self, attempt: Attempt<'_>) -> Result<Acquired, LockError> {
+        let (keys, _, ttl, _) = attempt.parts();
+        if !self.gate.is_verified() {
+            self.verify(keys).await?;
+        }
+        if attempt.fast {
+            return self.acquire_fast(attempt).await;
+        }
+        self.admit(keys, ttl).await?;
+        let connection = self.gate.connection_number();
+        let result = self
+            .attempt_script(self.topology.connection(), attempt, attempt.after_fast)
+            .await;
+        self.settle(attempt, result, connection).await
+    }
+
+    /// The script of an attempt (the family's for a semaphore, an rw lock
+    /// or a `lock_all`); `claimed` after a fast attempt that may have taken
+    /// the lock (its key is taken back and decided again).
+    async fn attempt_script(
+        &self,
+        mut con: T::Conn,
+        attempt: Attempt<'_>,
+        claimed: bool,
+    ) -> Result<Acquired, ScriptError> {
+        let (keys, token, ttl, in_line) = attempt.parts();
+        if keys.kind.is_shared() {
+            let attempt = Attempt {
+                fast: false,
+                after_fast: false,
+                sent_us: 0,
+                ..attempt
+            };
+            return self.family_attempt(&mut con, attempt).await;
+        }
+        if let super::family::Kind::All(all) = &keys.kind {
+            return self
+                .lock_all_attempt(&mut con, all, token, ttl, in_line)
+                .await;
+        }
+        let claimed = claimed.then_some(self.topology.publish());
+        let at = scripts::Placed {
+            in_line,
+            sent_us: Some(attempt.sent_us),
+        };
+        scripts::acquire(&mut con, keys, token, ttl, at, attempt.fence_floor, claimed).await
+    }
+
+    /// An attempt's reply, made sure of: a broken connection means the
+    /// server may be another one now, so its identity is read before the
+    /// attempt goes again (as the script, claimed if a fast attempt may
+    /// have got through); a grant over a connection replaced while the
+    /// attempt was in flight may come from a server not checked yet, and is
+    /// admitted again (or abandoned).
+    async fn settle(
+        &self,
+        attempt: Attempt<'_>,
+        result: Result<Acquired, ScriptError>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let (keys, token, ttl, _) = attempt.parts();
+        let acquired = match result {
+            Err(e) if e.connection_broke() => {
+                tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
+                self.gate.unverify();
+                self.verify(keys).await?;
+                self.admit(keys, ttl).await?;
+                let claimed = attempt.fast || attempt.after_fast;
+                self.attempt_script(self.topology.connection(), attempt, claimed)
+                    .await
+            }
+            other => other,
+        }
+        .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        if matches!(acquired, Acquired::Yes { .. }) && self.gate.connection_number() != connection {
+            let admitted = match self.verify(keys).await {
+                Ok(()) => self.admit(keys, ttl).await,
+                Err(e) => Err(e),
+            };
+            if let Err(refused) = admitted {
+                self.abandon(keys, token).await;
+                return Err(refused);
+            }
+        }
+        Ok(acquired)
+    }
+
+    /// A plain lock's release: the script (or the native delete), then
+    /// this client's own waiters told at once.
+    async fn release_lock(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let (keys, token, keep, deadline) = release.parts();
+        let released = self
+            .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
+            .await?;
+        if released.owned == Owned::Yes && !released.in_background {
+            // Ours there: the key's state survived any change.
+            self.gate.survived(keys.key());
+            // This client's own waiters hear it at once (others by
+            // pub/sub): the first in line if it is ours, else our first.
+            (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
+        }
+        Ok(released.owned)
     }
 
     /// The release script, retried while the server asks to (a reconnect,
@@ -337,34 +501,61 @@ impl<T: Topology> RedisBackend<T> {
             keep,
             deadline,
         };
-        // Read the clock only when a retry needs it (the common release
-        // never does): the time in line counts from the first retry.
-        let mut in_line_until = None;
-        let mut delay = Duration::from_millis(10);
+        // The common release is one send; anything else (a broken
+        // connection, a retry the server asks for) has a future of its
+        // own, boxed only then (see `acquire`).
+        let mut con = self.topology.connection();
+        match args.send(&mut con, keys, token, self.gate.offered()).await {
+            Ok(released) => Ok(released),
+            Err(error) => Box::pin(self.release_retried(keys, token, args, error)).await,
+        }
+    }
+
+    /// [`Self::release_script`] after a first try that failed with
+    /// `error`: sent once more at once if its connection broke (as every
+    /// call is), then retried while the server asks to.
+    async fn release_retried(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        args: ReleaseArgs,
+        error: ScriptError,
+    ) -> Result<scripts::Released, LockError> {
+        let send = |mut con: T::Conn| async move {
+            args.send(&mut con, keys, token, self.gate.offered()).await
+        };
+        let error = if error.connection_broke() {
+            tracing::debug!(server = %self.server, error = ?error, "leasehold: connection broke, sending again");
+            match send(self.topology.connection()).await {
+                Ok(released) => return Ok(released),
+                Err(error) => error,
+            }
+        } else {
+            error
+        };
+        if !args.retry(&error, FIRST_RELEASE_RETRY_DELAY) {
+            return Err(error.into_lock_error(&self.server, keys));
+        }
+        // The time in line counts from the first retry: the common release
+        // never reads the clock.
+        let in_line_until = (Instant::now() + RELEASE_IN_LINE).min(args.deadline);
+        let mut delay = FIRST_RELEASE_RETRY_DELAY;
+        let mut error = error;
         loop {
-            let result = self
-                .call(|mut con| async move {
-                    args.send(&mut con, keys, token, self.gate.offered()).await
-                })
-                .await;
-            match result {
-                Err(e) if args.retry(&e, delay) => {
-                    let now = Instant::now();
-                    let until =
-                        *in_line_until.get_or_insert_with(|| (now + RELEASE_IN_LINE).min(deadline));
-                    if now + delay >= until {
-                        self.release_in_background(keys, token, args, delay);
-                        return Ok(scripts::Released {
-                            owned: Owned::Yes,
-                            next: None,
-                            granted: None,
-                            in_background: true,
-                        });
-                    }
-                    tracing::debug!(key = %keys.key(), error = ?e, "leasehold: release not applied yet, retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
-                }
+            if Instant::now() + delay >= in_line_until {
+                self.release_in_background(keys, token, args, delay);
+                return Ok(scripts::Released {
+                    owned: Owned::Yes,
+                    next: None,
+                    granted: None,
+                    in_background: true,
+                });
+            }
+            tracing::debug!(key = %keys.key(), error = ?error, "leasehold: release not applied yet, retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RELEASE_RETRY_DELAY);
+            match self.call(send).await {
+                Err(e) if args.retry(&e, delay) => error = e,
                 other => return other.map_err(|e| e.into_lock_error(&self.server, keys)),
             }
         }
@@ -523,95 +714,24 @@ impl<T: Topology> RedisBackend<T> {
 
 impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
-        let fence_floor = attempt.fence_floor;
         // Plain locks only: the family has scripts of its own.
-        let fast_ok = fence_floor.is_none()
+        let fast_ok = attempt.fence_floor.is_none()
             && matches!(attempt.keys.kind, super::family::Kind::Lock)
             && self.topology.fast_path();
-        let fast = attempt.fast && fast_ok;
-        let after_fast = attempt.after_fast && fast_ok;
-        let sent_us = attempt.sent_us;
-        let (keys, token, ttl, in_line) = attempt.parts();
-        Box::pin(async move {
-            if !self.gate.is_verified() {
-                self.verify(keys).await?;
-            }
-            self.admit(keys, ttl).await?;
-            let publish = self.topology.publish();
-            // The script (the family's for a semaphore, an rw lock or a
-            // `lock_all`); `claimed` after a fast attempt that may have
-            // taken the lock (its key is taken back and decided again).
-            let script = |mut con: T::Conn, claimed: bool| async move {
-                if keys.kind.is_shared() {
-                    let attempt = Attempt {
-                        keys,
-                        token,
-                        ttl,
-                        in_line,
-                        fence_floor,
-                        fast: false,
-                        after_fast: false,
-                        sent_us: 0,
-                    };
-                    return self.family_attempt(&mut con, attempt).await;
-                }
-                if let super::family::Kind::All(all) = &keys.kind {
-                    return self
-                        .lock_all_attempt(&mut con, all, token, ttl, in_line)
-                        .await;
-                }
-                let claimed = claimed.then_some(publish);
-                let at = scripts::Placed {
-                    in_line,
-                    sent_us: Some(sent_us),
-                };
-                scripts::acquire(&mut con, keys, token, ttl, at, fence_floor, claimed).await
-            };
-            let first = async {
-                if !fast {
-                    return script(self.topology.connection(), after_fast).await;
-                }
-                let mut con = self.topology.connection();
-                match scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl)
-                    .await?
-                {
-                    Some(scripts::fast::Fast::Yes { fence }) => Ok(Acquired::Yes { fence }),
-                    Some(scripts::fast::Fast::Busy) => Ok(Acquired::Busy { expires_in: None }),
-                    Some(scripts::fast::Fast::Resolve) => script(con, true).await,
-                    None => script(con, false).await,
-                }
-            };
-            let connection = self.gate.connection_number();
-            let acquired = match first.await {
-                // The connection broke: the server may be another one now.
-                // Read its identity before sending the attempt again (as
-                // the script, claimed: a fast attempt may have got through).
-                Err(e) if e.connection_broke() => {
-                    tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
-                    self.gate.unverify();
-                    self.verify(keys).await?;
-                    self.admit(keys, ttl).await?;
-                    script(self.topology.connection(), fast || after_fast).await
-                }
-                other => other,
-            }
-            .map_err(|e| e.into_lock_error(&self.server, keys))?;
-            if matches!(acquired, Acquired::Yes { .. })
-                && self.gate.connection_number() != connection
-            {
-                // The connection was replaced while the attempt was in
-                // flight: the grant may come from a server not checked yet.
-                let admitted = match self.verify(keys).await {
-                    Ok(()) => self.admit(keys, ttl).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(refused) = admitted {
-                    self.abandon(keys, token).await;
-                    return Err(refused);
-                }
-            }
-            Ok(acquired)
-        })
+        let attempt = Attempt {
+            fast: attempt.fast && fast_ok,
+            after_fast: attempt.after_fast && fast_ok,
+            ..attempt
+        };
+        // The common case, a first attempt on a server already checked, has
+        // a future of its own, a few hundred bytes: boxing the scripts' and
+        // the checks' futures on every acquisition cost a large allocation
+        // (glibc's locked arena, not its per-thread cache) and its copy.
+        if attempt.fast && self.gate.is_verified() {
+            Box::pin(self.acquire_fast(attempt))
+        } else {
+            Box::pin(self.acquire_checked(attempt))
+        }
     }
 
     fn records_lazily(&self) -> bool {
@@ -658,26 +778,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
     }
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
-        let (keys, token, keep, deadline) = release.parts();
-        Box::pin(async move {
-            if keys.kind.is_shared() {
-                return self.family_release(release).await;
-            }
-            if let super::family::Kind::All(all) = &keys.kind {
-                return self.release_all(all, release).await;
-            }
-            let released = self
-                .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
-                .await?;
-            if released.owned == Owned::Yes && !released.in_background {
-                // Ours there: the key's state survived any change.
-                self.gate.survived(keys.key());
-                // This client's own waiters hear it at once (others by
-                // pub/sub): the first in line if it is ours, else our first.
-                (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
-            }
-            Ok(released.owned)
-        })
+        // Each kind its own future, so that a plain lock's release boxes
+        // only what it awaits (see `acquire`).
+        if release.keys.kind.is_shared() {
+            return Box::pin(self.family_release(release));
+        }
+        if let super::family::Kind::All(all) = &release.keys.kind {
+            return Box::pin(self.release_all(all, release));
+        }
+        Box::pin(self.release_lock(release))
     }
 
     fn renew<'a>(&'a self, batch: &'a [Renewal]) -> Reply<'a, Vec<Owned>> {

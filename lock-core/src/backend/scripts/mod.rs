@@ -372,8 +372,13 @@ async fn invoke<T: FromRedisValue, C: ConnectionLike>(
 ) -> RedisResult<T> {
     match cmd.query_async(con).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_async(con).await?;
-            cmd.query_async(con).await
+            // Boxed: rare (once per script and server), and its two calls
+            // would otherwise sit in every call's future.
+            Box::pin(async move {
+                script.load_async(con).await?;
+                cmd.query_async(con).await
+            })
+            .await
         }
         other => other,
     }

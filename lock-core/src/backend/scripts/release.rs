@@ -93,30 +93,34 @@ pub(crate) async fn release<C: ConnectionLike>(
     // asks it to announce every release (Redlock).
     let compact = one_server && publish == "PUBLISH" && mark_survival.is_none();
     let keep = if keep.is_zero() { 0 } else { millis(keep) };
-    if compact {
+    // One call site: two would each hold a command and a call in the
+    // future every release boxes.
+    let cmd = if compact {
         let mut cmd = evalsha(&SCRIPT, 1);
         cmd.arg(keys.lock()).arg(token).arg(keep);
         if announce == Announce::Always {
             cmd.arg(1);
         }
-        return decode(invoke(&SCRIPT, &cmd, con).await?);
-    }
-    let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 5 } else { 4 });
-    cmd.arg(keys.lock())
-        .arg(keys.line())
-        .arg(keys.places())
-        .arg(keys.fence());
-    if mark_survival.is_some() {
-        cmd.arg(keys.survival_mark());
-    }
-    cmd.arg(token)
-        .arg(keep)
-        .arg(keys.channel())
-        .arg(publish)
-        .arg(u8::from(announce == Announce::Always));
-    if let Some(mark) = mark_survival {
-        cmd.arg(millis(mark).max(1));
-    }
+        cmd
+    } else {
+        let mut cmd = evalsha(&SCRIPT, if mark_survival.is_some() { 5 } else { 4 });
+        cmd.arg(keys.lock())
+            .arg(keys.line())
+            .arg(keys.places())
+            .arg(keys.fence());
+        if mark_survival.is_some() {
+            cmd.arg(keys.survival_mark());
+        }
+        cmd.arg(token)
+            .arg(keep)
+            .arg(keys.channel())
+            .arg(publish)
+            .arg(u8::from(announce == Announce::Always));
+        if let Some(mark) = mark_survival {
+            cmd.arg(millis(mark).max(1));
+        }
+        cmd
+    };
     decode(invoke(&SCRIPT, &cmd, con).await?)
 }
 
