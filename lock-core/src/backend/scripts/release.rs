@@ -10,11 +10,14 @@ use crate::backend::connect::millis;
 use crate::backend::wakeups::Announcement;
 use crate::backend::{LockKeys, Owned};
 
-/// The script's source as Redis runs it (with the shared helpers first).
+/// The script's source as Redis runs it: the common case (nobody in line)
+/// first, then the shared helpers, then the rest, so that the common case
+/// does not pay for defining the helpers (see release.lua).
 pub const SOURCE: &str = concat!(
+    include_str!("release.lua"),
     include_str!("typed.lua"),
     include_str!("marker.lua"),
-    include_str!("release.lua")
+    include_str!("release_lined.lua")
 );
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
