@@ -9,11 +9,14 @@ use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
-/// The script's source as Redis runs it (with the shared helpers first).
+/// The script's source as Redis runs it: the free lock first, then the
+/// shared helpers, then the rest, so that the common case does not pay for
+/// defining the helpers (see acquire.lua).
 pub const SOURCE: &str = concat!(
+    include_str!("acquire.lua"),
     include_str!("typed.lua"),
     include_str!("marker.lua"),
-    include_str!("acquire.lua")
+    include_str!("acquire_contended.lua")
 );
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
