@@ -9,11 +9,14 @@ use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
-/// The script's source as Redis runs it (with the shared helpers first).
+/// The script's source as Redis runs it: the free case first, then the
+/// shared helpers, then the rest, so that the free case does not pay for
+/// defining the helpers (see family_acquire.lua).
 pub const SOURCE: &str = concat!(
+    include_str!("family_acquire.lua"),
     include_str!("typed.lua"),
     include_str!("family.lua"),
-    include_str!("family_acquire.lua")
+    include_str!("family_acquire_contended.lua")
 );
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));

@@ -1,0 +1,120 @@
+-- The rest of family_acquire.lua (see its comment for KEYS, ARGV and
+-- replies), run after typed.lua and family.lua: reached when the key, its
+-- line or its fence exists. Its locals (`token`, `kind`, `base`, the key
+-- names, `ttl`, `permits`, `time`, `now`, `clock`) come from
+-- family_acquire.lua.
+
+-- The fencing token of a grant now: the server clock in µs, raised to one
+-- above `top` (the highest token of a live holder, or nil) and above the
+-- last token the fence key keeps. The key is written only when the token
+-- is above the clock: then it is what the next grant must exceed (a clock
+-- that moves on exceeds a token that was the clock). Returns nil, leaving
+-- everything as it was, when the fence key holds something else.
+local function grant_fence(top)
+  local last = typed('GET', fence_key)
+  if type(last) == 'table' then
+    return nil
+  end
+  if last and string.byte(last, 1) == 43 then
+    last = string.sub(last, 2)
+  end
+  if last and not tonumber(last) then
+    return nil
+  end
+  local high = tonumber(clock) - 1
+  if last and tonumber(last) > high then
+    high = tonumber(last)
+  end
+  if top and top > high then
+    high = top
+  end
+  if high < tonumber(clock) then
+    return clock
+  end
+  local fence = string.format('%d', high + 1)
+  redis.call('SET', fence_key, fence, 'PX', ARGV[4])
+  return fence
+end
+
+-- Named only past the free case: building a name costs the server time
+-- on every call.
+local places_key = KEYS[4] or base .. ':places'
+local channel = ARGV[7] or base .. ':released'
+local publish = ARGV[8] or 'PUBLISH'
+
+local holders = live_holders(KEYS[1], kind, now)
+if not holders then
+  return {-1, 1}
+end
+for _, holder in ipairs(holders) do
+  if holder[1] == token then
+    -- Ours already: a retried call. Same grant, lease from now.
+    redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. holder[4])
+    outlive(KEYS[1], now, now + ttl)
+    return holder[4]
+  end
+end
+local line, bad = live_line(line_key, places_key, kind, now)
+if not line then
+  return {-1, bad}
+end
+local position = #line + 1
+for i, waiter in ipairs(line) do
+  if waiter[1] == token then
+    position = i
+    break
+  end
+end
+
+if may_go(kind, position, holders, line, permits) then
+  local top
+  for _, holder in ipairs(holders) do
+    if not top or tonumber(holder[4]) > top then
+      top = tonumber(holder[4])
+    end
+  end
+  local fence = grant_fence(top)
+  if not fence then
+    return {-1, 2}
+  end
+  redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. fence)
+  outlive(KEYS[1], now, now + ttl)
+  if position <= #line then
+    redis.call('LREM', line_key, 1, token)
+    redis.call('HDEL', places_key, token)
+    table.remove(line, position)
+  end
+  -- The next in line may go too (another permit, another reader): tell it.
+  holders[#holders + 1] = {token, kind, now + ttl, fence}
+  local next = line[1]
+  if next and may_go(next[2], 1, holders, line, permits) then
+    redis.call(publish, channel, 'next:' .. next[1])
+  end
+  return fence
+end
+
+-- Not now: sleep until the first lease ends or the first place in line
+-- lapses, whichever is sooner.
+local wake = -1
+for _, holder in ipairs(holders) do
+  if wake < 0 or holder[3] < wake then
+    wake = holder[3]
+  end
+end
+if line[1] and line[1][1] ~= token and (wake < 0 or line[1][3] < wake) then
+  wake = line[1][3]
+end
+local sleep = -1
+if wake >= 0 then
+  sleep = wake - now
+end
+local grace = tonumber(ARGV[5])
+if grace > 0 then
+  local keep = math.max(sleep, 0) + grace
+  if redis.call('HSET', places_key, token, kind .. (now + keep)) == 1 then
+    redis.call('RPUSH', line_key, token)
+  end
+  outlive(line_key, now, now + keep)
+  outlive(places_key, now, now + keep)
+end
+return sleep
