@@ -105,4 +105,13 @@ end
 if not lined and not (compact and ARGV[3] == '1') and (compact or ARGV[5] == '0') then
   return 1
 end
+-- Nobody in line, every release announced (a Redlock master): tell, done.
+if not lined then
+  if compact then
+    redis.call('PUBLISH', string.sub(KEYS[1], 1, -6) .. ':released', 'free:' .. ARGV[1])
+  else
+    redis.call(ARGV[4], ARGV[3], 'free:' .. ARGV[1])
+  end
+  return 1
+end
 

@@ -1,8 +1,7 @@
 -- The rest of release.lua (see its comment for KEYS, ARGV and replies),
 -- run after typed.lua and marker.lua: reached only when someone may wait
--- in line, or every release is announced (Redlock). Its locals `compact`,
--- `holder`, `lined` and `keep` come from release.lua, whose key is already
--- deleted (or left to expire) here.
+-- in line. Its locals `compact`, `holder`, `lined` and `keep` come from
+-- release.lua, whose key is already deleted (or left to expire) here.
 
 -- The name of the lock's `suffix` key in the compact form.
 local function sibling(suffix)
