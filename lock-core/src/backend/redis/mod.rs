@@ -903,3 +903,56 @@ async fn wait_for_replicas<C: ConnectionLike>(
         .map_err(|e| super::connect::backend_error(server, e))?;
     Ok(usize::try_from(acked).unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, from its type alone (`f` is
+    /// never called).
+    fn future_size<'a, Fut: Future>(
+        _: impl FnOnce(&'a RedisBackend<server::Server>) -> Fut,
+    ) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// glibc serves allocations of up to 1,032 bytes from a per-thread
+    /// cache; larger ones take an arena's lock. A plain lock's acquisition
+    /// and release box one future each on every call: they must stay
+    /// under that size (they were 1,344 and 1,688 bytes before they were
+    /// split from the rare paths).
+    #[test]
+    fn the_common_path_futures_fit_the_allocators_thread_cache() {
+        const CACHED: usize = 1032;
+        let fast = future_size(|backend: &'static RedisBackend<server::Server>| {
+            let keys: &'static LockKeys = Box::leak(Box::new(LockKeys::new("p", "k")));
+            backend.acquire_fast(Attempt {
+                keys,
+                token: "t",
+                ttl: Duration::from_secs(1),
+                in_line: false,
+                fence_floor: None,
+                fast: true,
+                after_fast: false,
+                sent_us: 0,
+            })
+        });
+        let release = future_size(|backend: &'static RedisBackend<server::Server>| {
+            let keys: &'static LockKeys = Box::leak(Box::new(LockKeys::new("p", "k")));
+            backend.release_lock(Release {
+                keys,
+                token: "t",
+                keep: Duration::ZERO,
+                deadline: Instant::now(),
+            })
+        });
+        assert!(
+            fast <= CACHED,
+            "the fast acquisition's future is {fast} bytes"
+        );
+        assert!(
+            release <= CACHED,
+            "a plain release's future is {release} bytes"
+        );
+    }
+}
