@@ -18,11 +18,12 @@ pub(crate) fn owner_token(name: &str) -> Result<Arc<str>, LockError> {
         )
     })?;
     let digits = hex(&bytes);
+    // A long name: one allocation more.
+    let allocated = || format!("{}:{name}", String::from_utf8_lossy(&digits)).into();
     let mut buffer = [0u8; 128];
     let len = digits.len() + 1 + name.len();
     let Some(token) = buffer.get_mut(..len) else {
-        // A long name: one allocation more.
-        return Ok(format!("{}:{name}", String::from_utf8_lossy(&digits)).into());
+        return Ok(allocated());
     };
     token[..digits.len()].copy_from_slice(&digits);
     token[digits.len()] = b':';
@@ -32,7 +33,7 @@ pub(crate) fn owner_token(name: &str) -> Result<Arc<str>, LockError> {
     // instructions per acquisition).
     match std::str::from_utf8(token) {
         Ok(token) => Ok(Arc::from(token)),
-        Err(_) => Ok(format!("{}:{name}", String::from_utf8_lossy(&digits)).into()),
+        Err(_) => Ok(allocated()),
     }
 }
 

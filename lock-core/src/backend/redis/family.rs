@@ -134,18 +134,11 @@ impl<T: Topology> RedisBackend<T> {
         all: &AllKeys,
         release: Release<'_>,
     ) -> Result<Owned, LockError> {
-        let (_, token, keep, deadline) = release.parts();
         let mut outcome = Owned::Yes;
         for keys in &all.keys {
-            let released = self
-                .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
-                .await?;
-            if released.owned == Owned::Yes && !released.in_background {
-                self.gate.survived(keys.key());
-                (self.listener.wakeups).announce(keys.channel(), released.announcement(token));
-            }
+            let owned = self.release_lock(Release { keys, ..release }).await?;
             if outcome == Owned::Yes {
-                outcome = released.owned;
+                outcome = owned;
             }
         }
         Ok(outcome)

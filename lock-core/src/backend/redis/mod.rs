@@ -464,7 +464,7 @@ impl<T: Topology> RedisBackend<T> {
 
     /// A plain lock's release: the script (or the native delete), then
     /// this client's own waiters told at once.
-    async fn release_lock(&self, release: Release<'_>) -> Result<Owned, LockError> {
+    pub(super) async fn release_lock(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let (keys, token, keep, deadline) = release.parts();
         let released = self
             .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)

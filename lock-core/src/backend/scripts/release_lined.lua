@@ -72,7 +72,7 @@ local function hand_on()
   return 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head
 end
 
-if lined and keep == 0 and not (compact and ARGV[3] == '1') and (compact or ARGV[5] == '0') then
+if keep == 0 and not (compact and ARGV[3] == '1') and (compact or ARGV[5] == '0') then
   local granted = hand_on()
   if granted then
     if compact then
@@ -84,7 +84,7 @@ if lined and keep == 0 and not (compact and ARGV[3] == '1') and (compact or ARGV
   end
 end
 
-local next = lined and typed('LINDEX', line, '0')
+local next = typed('LINDEX', line, '0')
 if type(next) ~= 'string' then
   if compact then
     if ARGV[3] == '1' then
