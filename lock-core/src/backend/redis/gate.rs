@@ -265,8 +265,10 @@ impl Gate {
     /// The command connection broke (told synchronously by the connection
     /// manager, before it reconnects).
     pub(crate) fn disconnected(&self) {
-        self.connections.fetch_add(1, Ordering::AcqRel);
+        // Unchecked first, then numbered: whoever reads the new number
+        // (before asking `is_verified`) sees the check cleared.
         self.unverify();
+        self.connections.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Which connection this is: changes with every disconnection, so a

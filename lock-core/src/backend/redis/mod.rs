@@ -331,14 +331,17 @@ impl<T: Topology> RedisBackend<T> {
     /// without a round trip in the common case, then the native pipeline;
     /// anything it does not settle goes on in [`Self::after_fast`], boxed
     /// apart so that this future stays small.
-    async fn acquire_fast(&self, attempt: Attempt<'_>) -> Result<Acquired, LockError> {
+    async fn acquire_fast(
+        &self,
+        attempt: Attempt<'_>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
         let (keys, token, ttl, _) = attempt.parts();
         match self.gate.admit(keys.key(), ttl)? {
             Admission::Open => {}
             Admission::Closed(refusal) => return Err(refusal),
             Admission::Check(refusal) => Box::pin(self.check_survival(keys, refusal)).await?,
         }
-        let connection = self.gate.connection_number();
         let mut con = self.topology.connection();
         let first = scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await;
         match first {
@@ -375,16 +378,19 @@ impl<T: Topology> RedisBackend<T> {
     /// Any attempt but a fast one on a checked server: the server's
     /// identity read first if need be, the gate asked, then the script (or
     /// the fast path, once the server is checked).
-    async fn acquire_checked(&self, attempt: Attempt<'_>) -> Result<Acquired, LockError> {
+    async fn acquire_checked(
+        &self,
+        attempt: Attempt<'_>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
         let (keys, _, ttl, _) = attempt.parts();
         if !self.gate.is_verified() {
             self.verify(keys).await?;
         }
         if attempt.fast {
-            return self.acquire_fast(attempt).await;
+            return self.acquire_fast(attempt, connection).await;
         }
         self.admit(keys, ttl).await?;
-        let connection = self.gate.connection_number();
         let result = self
             .attempt_script(self.topology.connection(), attempt, attempt.after_fast)
             .await;
@@ -727,10 +733,15 @@ impl<T: Topology> Backend for RedisBackend<T> {
         // a future of its own, a few hundred bytes: boxing the scripts' and
         // the checks' futures on every acquisition cost a large allocation
         // (glibc's locked arena, not its per-thread cache) and its copy.
+        // The connection's number is read before the server is known to be
+        // checked: a disconnection after this reading changes the number,
+        // and the grant is checked again (`settle`); one before it has
+        // already cleared the check (see `Gate::disconnected`).
+        let connection = self.gate.connection_number();
         if attempt.fast && self.gate.is_verified() {
-            Box::pin(self.acquire_fast(attempt))
+            Box::pin(self.acquire_fast(attempt, connection))
         } else {
-            Box::pin(self.acquire_checked(attempt))
+            Box::pin(self.acquire_checked(attempt, connection))
         }
     }
 
@@ -926,16 +937,19 @@ mod tests {
         const CACHED: usize = 1032;
         let fast = future_size(|backend: &'static RedisBackend<server::Server>| {
             let keys: &'static LockKeys = Box::leak(Box::new(LockKeys::new("p", "k")));
-            backend.acquire_fast(Attempt {
-                keys,
-                token: "t",
-                ttl: Duration::from_secs(1),
-                in_line: false,
-                fence_floor: None,
-                fast: true,
-                after_fast: false,
-                sent_us: 0,
-            })
+            backend.acquire_fast(
+                Attempt {
+                    keys,
+                    token: "t",
+                    ttl: Duration::from_secs(1),
+                    in_line: false,
+                    fence_floor: None,
+                    fast: true,
+                    after_fast: false,
+                    sent_us: 0,
+                },
+                0,
+            )
         });
         let release = future_size(|backend: &'static RedisBackend<server::Server>| {
             let keys: &'static LockKeys = Box::leak(Box::new(LockKeys::new("p", "k")));
