@@ -285,7 +285,7 @@ impl RedlockBackend {
 
     /// What a majority says of one lock: held when a majority of masters
     /// have the same holder token (lease left: the shortest among them;
-    /// fencing token: the highest).
+    /// fencing token: see [`Self::agreed_fence`]).
     async fn inspect_majority(&self, keys: &LockKeys) -> Result<Option<Inspected>, LockError> {
         let replies = self
             .masters
@@ -320,6 +320,24 @@ impl RedlockBackend {
         Ok(None)
     }
 
+    /// The fencing token of a holder, from its masters' counters: the value
+    /// most of them carry, the lowest of those tied. The holder's token is
+    /// on a majority exactly (the vote levels them to it); a master that
+    /// granted late can carry a higher counter, raised meanwhile by another
+    /// client's failed attempt there, and one not levelled yet a lower one.
+    /// The highest would be that late master's, not the holder's.
+    fn agreed_fence(fences: impl Iterator<Item = u64>) -> u64 {
+        let mut fences: Vec<u64> = fences.collect();
+        fences.sort_unstable();
+        let mut best = (0, 0);
+        for run in fences.chunk_by(|a, b| a == b) {
+            if run.len() > best.0 {
+                best = (run.len(), run[0]);
+            }
+        }
+        best.1
+    }
+
     /// The holder a majority of `seen` agrees on, if any.
     fn agreed(&self, keys: &LockKeys, seen: &[Inspected]) -> Option<Inspected> {
         seen.iter().find_map(|candidate| {
@@ -331,7 +349,7 @@ impl RedlockBackend {
                 key: keys.key().to_owned(),
                 token: candidate.token.clone(),
                 ttl: agreeing.iter().map(|i| i.ttl).min().unwrap_or_default(),
-                fence: agreeing.iter().map(|i| i.fence).max().unwrap_or(0),
+                fence: Self::agreed_fence(agreeing.iter().map(|i| i.fence)),
                 waiters: agreeing.iter().map(|i| i.waiters).max().unwrap_or(0),
                 shared: Vec::new(),
             })
