@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 for server in ${LEASEHOLD_MATRIX:-valkey9.1 valkey8.1 redis8.2}; do
   echo "=== $server"
+  started=$SECONDS
   # `--workspace`, like the final run, so that all share their build.
   bash .ci/servers.sh "$server" cargo test --workspace \
     --test core --test sentinel --test cluster --test scale_out --test acl --test ops --test natives
@@ -18,4 +19,5 @@ for server in ${LEASEHOLD_MATRIX:-valkey9.1 valkey8.1 redis8.2}; do
   # The check of leases after a restart (a zero-TTL renewal must not take
   # the native path, which would set the expiry).
   bash .ci/servers.sh "$server" cargo test --workspace --test safety -- restart::
+  echo "--- $((SECONDS - started)) s: $server"
 done
