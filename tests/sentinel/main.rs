@@ -210,10 +210,16 @@ async fn replica_sync_round(round: usize) {
     // machine: one CI run released before it was online, and the waiter
     // rightly failed closed with `ReplicaSync { acked: 0 }`).
     let replica_after = tokio::task::spawn_blocking(move || {
-        let took = set.wait_for_online_replicas(new_primary, 1, FAILOVER_LIMIT);
-        (set, took)
+        let (primary, took) = set.wait_for_online_replicas(1, FAILOVER_LIMIT);
+        (set, primary, took)
     });
-    let (set, replica_online) = replica_after.await.expect("harness thread");
+    let (set, primary, replica_online) = replica_after.await.expect("harness thread");
+    if primary != new_primary {
+        println!(
+            "sentinel/replica_sync round {round}: the sentinels failed over again, \
+             from {new_primary} to {primary}"
+        );
+    }
 
     // The release on the new primary reaches the waiter, who blocked on the
     // old one.
