@@ -100,7 +100,12 @@ pub(crate) async fn release<C: ConnectionLike>(
     // future every release boxes.
     let cmd = if compact {
         let mut cmd = evalsha(&SCRIPT, 1);
-        cmd.arg(keys.lock()).arg(token).arg(keep);
+        cmd.arg(keys.lock()).arg(token);
+        // The shortest form (keep 0, announced to the line) stops at the
+        // token: the script's cheapest path (see release.lua).
+        if keep > 0 || announce == Announce::Always {
+            cmd.arg(keep);
+        }
         if announce == Announce::Always {
             cmd.arg(1);
         }
