@@ -86,6 +86,14 @@ impl Setup {
         }
     }
 
+    /// A Redlock set's masters (the tests that write to one master alone).
+    fn masters(&self) -> &[RedisServer] {
+        match self {
+            Setup::Redlock(servers) => servers,
+            _ => panic!("not a Redlock setup"),
+        }
+    }
+
     fn keeps_a_line(&self) -> bool {
         !matches!(self, Setup::Redlock(_))
     }
@@ -388,9 +396,7 @@ async fn redlock_force_release() {
 async fn redlock_minority_holder_is_not_held() {
     let setup = Setup::redlock().await;
     let client = setup.client("w").await;
-    let Setup::Redlock(servers) = &setup else {
-        unreachable!()
-    };
+    let servers = setup.masters();
     servers[0].cmd(&[
         "SET",
         "leasehold:{order:9}:lock",
@@ -417,9 +423,7 @@ async fn redlock_minority_holder_is_not_held() {
 async fn redlock_inspect_shows_the_majoritys_fence_not_a_late_masters() {
     let setup = Setup::redlock().await;
     let client = setup.client("w").await;
-    let Setup::Redlock(servers) = &setup else {
-        unreachable!()
-    };
+    let servers = setup.masters();
     let guard = client.lock("order:7").acquire().await.expect("acquire");
     let token = guard.fencing_token();
     let above = (token + 918).to_string();

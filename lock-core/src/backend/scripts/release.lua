@@ -82,8 +82,9 @@ local compact = #KEYS == 1
 -- The common case first, before the helpers (typed.lua, marker.lua) that
 -- SOURCE places after it: defining a Lua function costs every call that
 -- runs past it (measured with callgrind on Redis 7.0: 25.0k instructions
--- per owned release with the helpers first, 20.8k with them here; a plain
--- compare-and-delete script is 18.5k). Hence `typed` and `unmarked` are
+-- per owned release in the compact form with the helpers first, 20.8k
+-- with them here; a plain compare-and-delete script, given two arguments,
+-- 18.5k). Hence `typed` and `unmarked` are
 -- written out here.
 local lined = false
 if holder ~= ARGV[1] then
