@@ -98,6 +98,18 @@ async fn waiter_in_line(
         subscribers(server, key) > 0
     })
     .await;
+    // Once subscribed, the waiter looks again at once (the lock may have
+    // been released meanwhile), and only then sleeps. Where its place was
+    // written before it subscribed (Redis 6.2: its first attempt is the
+    // script, named 0), a release before that look races it: the look
+    // arrives after the grant and is recognised as the waiter's own (a CI
+    // run on Redis 6.2 failed so). That look renames the place, so wait for
+    // a name other than 0.
+    let field = format!("~{token}");
+    wait_until("the waiter did not look again after subscribing", || {
+        place_field(server, key, &field).is_some_and(|place| !place.ends_with(":0"))
+    })
+    .await;
     (task, token)
 }
 
