@@ -30,12 +30,25 @@ fn has_lock(node: &RedisServer, key: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_clients_and_tasks() {
-    let nodes = masters(5);
+    hammer(&masters(5)).await;
+}
+
+/// One master takes free locks on the fast path (no script), and a lost
+/// race falls back to the script: the same hammering must never see two
+/// holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_on_one_master() {
+    hammer(&masters(1)).await;
+}
+
+/// Three clients of four tasks each take one key eight times each, and
+/// check that no two critical sections overlapped and no update was lost.
+async fn hammer(nodes: &[RedisServer]) {
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..3 {
-        let client = client(&nodes).await;
+        let client = client(nodes).await;
         for _ in 0..4 {
             let (client, counter, inside) = (client.clone(), counter.clone(), inside.clone());
             tasks.push(tokio::spawn(async move {
@@ -264,6 +277,53 @@ async fn nodes_in_step_issue_the_same_token_without_a_raise() {
         .count();
     assert_eq!(same, 5);
     guard.release().await.unwrap();
+}
+
+/// One master is a single server: a free lock is taken without a script
+/// and its fencing token is the master's clock, recorded for `inspect` a
+/// moment later; a counter ahead of the clock still sends the acquisition
+/// through the script, which issues a token above it.
+#[tokio::test]
+async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase() {
+    let nodes = masters(1);
+    let (a, b) = (client(&nodes).await, client(&nodes).await);
+    // The first acquisition also loads the scripts and checks the server.
+    a.lock("solo").acquire().await.unwrap().release().await.unwrap();
+    nodes[0].cmd(&["CONFIG", "RESETSTAT"]);
+    let first = a.lock("solo").acquire().await.unwrap();
+    assert_eq!(evalsha_calls(&nodes[0]), 0, "a free lock took a script");
+    let server_us = {
+        let redis::Value::Array(time) = nodes[0].cmd(&["TIME"]) else {
+            panic!("TIME")
+        };
+        let [redis::Value::BulkString(s), redis::Value::BulkString(us)] = time.as_slice() else {
+            panic!("TIME: {time:?}")
+        };
+        let (s, us): (u64, u64) = (
+            String::from_utf8_lossy(s).parse().unwrap(),
+            String::from_utf8_lossy(us).parse().unwrap(),
+        );
+        s * 1_000_000 + us
+    };
+    let token = first.fencing_token();
+    assert!(
+        token <= server_us && server_us - token < 60_000_000,
+        "the token {token} is the master's clock (now {server_us})"
+    );
+    // Held past the record delay: `inspect` shows the holder's own token.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = a.inspect("solo").await.unwrap().expect("held");
+    assert_eq!(seen.fencing_token, token);
+    first.release().await.unwrap();
+    // A counter ahead of the clock (e.g. left by a clock that ran ahead).
+    nodes[0].cmd(&["SET", "leasehold:{solo}:fence", "8000000000000000"]);
+    let second = b.lock("solo").acquire().await.unwrap();
+    assert!(second.fencing_token() > 8_000_000_000_000_000);
+    let raised = second.fencing_token();
+    second.release().await.unwrap();
+    let third = a.lock("solo").acquire().await.unwrap();
+    assert!(third.fencing_token() > raised, "written down, then above it");
+    third.release().await.unwrap();
 }
 
 fn evalsha_calls(node: &RedisServer) -> u64 {

@@ -40,6 +40,19 @@
 //! clocks disagree by more than the time between the two acquisitions.
 //! So Redlock does fence, under that stated assumption.
 //!
+//! # One master
+//!
+//! A Redlock of one master has no vote to win and no counters to agree on:
+//! it is a single server, and its acquisitions are a single server's. The
+//! first attempt takes a free lock with the native pipeline (`fast.rs`: no
+//! script, the token is the master's clock in µs above the last token it
+//! wrote), the token is recorded later for `inspect` (through the
+//! watchdog), and every other attempt is the script with the master's
+//! clock as the floor. Tokens then never repeat or go back as long as that
+//! master's clock does not step back, the single server's assumption. The
+//! rest stays Redlock's: no line, releases announced to every listener,
+//! the lock family refused, the master's answer needed for every operation.
+//!
 //! # Code map
 //!
 //! [`fan_out`] sends one operation to every master; [`tally`] counts their
@@ -128,6 +141,11 @@ impl RedlockBackend {
         Ok(())
     }
 
+    /// Whether there is a single master (see "One master" above).
+    fn one_master(&self) -> bool {
+        self.masters.len() == 1
+    }
+
     /// The per-master timeout for an operation on a lease of `ttl`: well
     /// below the lease, so that dead masters cannot eat the validity.
     fn node_timeout(&self, ttl: Duration) -> Duration {
@@ -139,11 +157,15 @@ impl RedlockBackend {
     /// Ask every master for the lock. The answers are owned (`'static`):
     /// those that come after the vote is won are still read, in the
     /// background ([`Levelling`]).
-    fn ask_to_grant(&self, lock: &Owner, ttl: Duration) -> Answers<'static, Acquired> {
+    fn ask_to_grant(&self, lock: &Owner, attempt: &Attempt<'_>) -> Answers<'static, Acquired> {
+        let ttl = attempt.ttl;
         // Every master gets the same floor for a new token: masters whose
         // counters are below it (clocks in step) issue the same token, and
-        // no raise is needed.
-        let fence_floor = Some(clock_micros());
+        // no raise is needed. One master has nobody to agree with: it is a
+        // single server, whose clock is the floor (see "One master").
+        let one = self.one_master();
+        let fence_floor = (!one).then(clock_micros);
+        let (fast, after_fast) = (one && attempt.fast, one && attempt.after_fast);
         self.masters
             .ask(0..self.masters.len(), self.node_timeout(ttl), |master| {
                 let lock = lock.clone();
@@ -158,9 +180,10 @@ impl RedlockBackend {
                             ttl,
                             in_line: false,
                             fence_floor,
-                            // The fence must follow the client's clock.
-                            fast: false,
-                            after_fast: false,
+                            // With several masters the fence must follow
+                            // the client's clock: the script, every time.
+                            fast,
+                            after_fast,
                             sent_us: 0,
                         })
                         .await
@@ -287,10 +310,13 @@ impl RedlockBackend {
     /// have the same holder token (lease left: the shortest among them;
     /// fencing token: see [`Self::agreed_fence`]).
     async fn inspect_majority(&self, keys: &LockKeys) -> Result<Option<Inspected>, LockError> {
+        // Several masters' grants are scripted and write their counters;
+        // one master's may be fast, its token recorded a moment later.
+        let one_master = self.one_master();
         let replies = self
             .masters
             .ask_all(self.response_timeout, |master| async move {
-                master.inspect_script(keys, false).await
+                master.inspect_script(keys, one_master).await
             })
             .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
@@ -376,7 +402,7 @@ impl Backend for RedlockBackend {
             }
             let started = Instant::now();
             let lock = Owner::new(keys, token);
-            let mut pending = self.ask_to_grant(&lock, ttl);
+            let mut pending = self.ask_to_grant(&lock, &attempt);
             let tally = self.count_votes(ttl, &mut pending).await;
             let in_time = ttl
                 .checked_sub(started.elapsed() + self.drift(ttl))
@@ -399,6 +425,10 @@ impl Backend for RedlockBackend {
             self.undo(keys, token, ttl, &tally).await;
             self.refusal(keys, tally.outcome())
         })
+    }
+
+    fn records_lazily(&self) -> bool {
+        self.one_master() && self.masters.iter().all(|master| master.records_lazily())
     }
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
