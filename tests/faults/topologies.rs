@@ -372,7 +372,7 @@ fn cluster_reshard() {
 /// keep a waiter past its 10 s wait.
 fn redlock_plan(name: &'static str) -> Plan {
     let mut plan = Plan::new(name);
-    plan.topology = Topology::Redlock;
+    plan.topology = Topology::Redlock { masters: 3 };
     plan.workers = 4;
     plan.tasks = 6;
     plan
