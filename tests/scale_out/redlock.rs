@@ -288,7 +288,13 @@ async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase
     let nodes = masters(1);
     let (a, b) = (client(&nodes).await, client(&nodes).await);
     // The first acquisition also loads the scripts and checks the server.
-    a.lock("solo").acquire().await.unwrap().release().await.unwrap();
+    a.lock("solo")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     nodes[0].cmd(&["CONFIG", "RESETSTAT"]);
     let first = a.lock("solo").acquire().await.unwrap();
     assert_eq!(evalsha_calls(&nodes[0]), 0, "a free lock took a script");
@@ -322,7 +328,10 @@ async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase
     let raised = second.fencing_token();
     second.release().await.unwrap();
     let third = a.lock("solo").acquire().await.unwrap();
-    assert!(third.fencing_token() > raised, "written down, then above it");
+    assert!(
+        third.fencing_token() > raised,
+        "written down, then above it"
+    );
     third.release().await.unwrap();
 }
 
