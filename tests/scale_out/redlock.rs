@@ -297,7 +297,11 @@ async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase
         .unwrap();
     nodes[0].cmd(&["CONFIG", "RESETSTAT"]);
     let first = a.lock("solo").acquire().await.unwrap();
-    assert_eq!(evalsha_calls(&nodes[0]), 0, "a free lock took a script");
+    // Redis 6.2 refuses `SET … NX … GET`: every acquisition is the script
+    // there, and only the tokens are checked.
+    if nodes[0].is_redis7() {
+        assert_eq!(evalsha_calls(&nodes[0]), 0, "a free lock took a script");
+    }
     let server_us = {
         let redis::Value::Array(time) = nodes[0].cmd(&["TIME"]) else {
             panic!("TIME")
