@@ -71,7 +71,7 @@ fn two_acquisitions_each() {
         Config {
             clients: 2,
             acquisitions: 2,
-            horizon: 3,
+            horizon: if long() { 3 } else { 2 },
             faults: 1,
             client_faults: true,
             one_try: true,
@@ -89,7 +89,7 @@ fn three_clients() {
         Config {
             clients: 3,
             acquisitions: 1,
-            horizon: 3,
+            horizon: if long() { 3 } else { 2 },
             ..base()
         },
         &["two waiters in line"],
