@@ -35,7 +35,7 @@ Ok(())
 }
 }
 
-/// README.md:55
+/// README.md:60
 mod snippet_2 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
