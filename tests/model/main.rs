@@ -140,7 +140,7 @@ fn failover() {
     model(
         "failover",
         Config {
-            horizon: 3,
+            horizon: if long() { 3 } else { 2 },
             failovers: true,
             ..base()
         },
