@@ -245,16 +245,7 @@ async fn fencing_tokens_increase_even_when_node_counters_disagree() {
 async fn nodes_in_step_issue_the_same_token_without_a_raise() {
     let nodes = masters(5);
     let a = client(&nodes).await;
-    a.lock("step")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    for node in &nodes {
-        node.cmd(&["CONFIG", "RESETSTAT"]);
-    }
+    warm_up(&a, "step", &nodes).await;
     let guard = a.lock("step").acquire().await.unwrap();
     let token = guard.fencing_token();
     // One script per node (the acquisition), no second round to level the
@@ -287,15 +278,7 @@ async fn nodes_in_step_issue_the_same_token_without_a_raise() {
 async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase() {
     let nodes = masters(1);
     let (a, b) = (client(&nodes).await, client(&nodes).await);
-    // The first acquisition also loads the scripts and checks the server.
-    a.lock("solo")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    nodes[0].cmd(&["CONFIG", "RESETSTAT"]);
+    warm_up(&a, "solo", &nodes).await;
     let first = a.lock("solo").acquire().await.unwrap();
     // Redis 6.2 refuses `SET … NX … GET`: every acquisition is the script
     // there, and only the tokens are checked.
@@ -337,6 +320,23 @@ async fn one_master_takes_a_free_lock_without_a_script_and_tokens_still_increase
         "written down, then above it"
     );
     third.release().await.unwrap();
+}
+
+/// Take `key` once and give it back (the first acquisition also loads the
+/// scripts and checks each server), then zero every master's command
+/// counts, so that what follows is counted alone.
+async fn warm_up(client: &LockClient, key: &str, nodes: &[RedisServer]) {
+    client
+        .lock(key)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for node in nodes {
+        node.cmd(&["CONFIG", "RESETSTAT"]);
+    }
 }
 
 fn evalsha_calls(node: &RedisServer) -> u64 {
