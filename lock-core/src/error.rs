@@ -244,6 +244,17 @@ impl LockError {
         )
     }
 
+    /// `true` for an acquisition's failure that can clear by itself
+    /// (unreachable, a timeout, no quorum, closed for now): the only kind a
+    /// request's `wait` budget tries again. Never for a wrong kind of key, a
+    /// refused argument or a setup mistake.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LockError::Backend { .. } | LockError::Unavailable { .. } | LockError::Quorum { .. }
+        )
+    }
+
     /// How long to wait before trying again, when the error knows it: the
     /// rest of a restart's grace ([`LockError::Unavailable`]).
     ///

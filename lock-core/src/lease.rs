@@ -377,6 +377,7 @@ impl Lease {
                 token: &self.token,
                 keep,
                 deadline,
+                granted_at: self.acquired_at,
             })
             .await
             .map_err(|e| e.with_key(self.keys.key()))?;

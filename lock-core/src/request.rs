@@ -385,8 +385,11 @@ impl LockRequest {
                     reopens.saturating_duration_since(Instant::now())
                 }
                 Err(error) => {
-                    // A setup mistake (an ACL refusal, a refused password): retrying cannot help.
-                    if Instant::now() + retry_delay >= deadline || error.is_misconfigured() {
+                    // Only what can clear by itself is tried again (Redis
+                    // unreachable, a timeout, no quorum). A setup mistake, a
+                    // key of another kind (`WrongType`) or a request the
+                    // topology refuses (`InvalidArgument`) stays as it is.
+                    if Instant::now() + retry_delay >= deadline || !error.is_transient() {
                         return Err(error.with_key(&self.key));
                     }
                     let delay = retry_delay;

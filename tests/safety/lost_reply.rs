@@ -7,7 +7,9 @@ use std::time::Duration;
 use leasehold::LockClient;
 use tokio::time::Instant;
 
-use crate::common::{connect, debuggable, exists, lock_name, stall, stall_over, warm_up};
+use crate::common::{
+    connect, debuggable, eventually, exists, line_name, lock_name, stall, stall_over, warm_up,
+};
 
 /// A's first attempt is queued on a stalled server and its reply comes too
 /// late (a 25 ms response timeout); B, another client, queues its own
@@ -103,4 +105,105 @@ async fn a_retry_after_a_lost_reply_finds_its_own_lock_despite_a_line() {
     assert!(b_guard.fencing_token() > fence);
     b_guard.release().await.expect("B releases");
     assert!(!exists(&server, &lock_name("lost-reply")));
+}
+
+/// A release whose reply was lost (the server deleted the lock, the client
+/// saw its connection reset) and that is sent again reports what the first
+/// try did: `Ok(())`, not `NotHeld` — for a plain lock (the script, or the
+/// server's native conditional delete where it has one) and for a
+/// semaphore's permit. The proxy drops exactly one reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_reports_the_release() {
+    use crate::support::{FaultProxy, ProxyMode};
+    let server = crate::support::RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::connect(&proxy.url()).await.expect("connect");
+    warm_up(&client).await;
+    let ttl = Duration::from_secs(20);
+    for round in 0..3 {
+        let guard = if round == 2 {
+            client
+                .semaphore("released-once", 2)
+                .ttl(ttl)
+                .acquire()
+                .await
+        } else {
+            // Round 1: someone waits in line, so the release is the
+            // script's full form (it hands the lock on).
+            client.lock("released-once").ttl(ttl).acquire().await
+        }
+        .expect("acquire");
+        let waiter = (round == 1).then(|| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .lock("released-once")
+                    .ttl(ttl)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            })
+        });
+        if waiter.is_some() {
+            let line = line_name("released-once");
+            assert!(
+                eventually(Duration::from_secs(5), || exists(&server, &line)).await,
+                "the waiter takes its place"
+            );
+        }
+        proxy.set_mode(ProxyMode::LoseNextReply);
+        let released = guard.release().await;
+        assert_eq!(
+            proxy.mode(),
+            ProxyMode::Pass,
+            "round {round}: a reply was lost"
+        );
+        assert!(
+            released.is_ok(),
+            "round {round}: the first try released the lock, yet release says {released:?}"
+        );
+        if let Some(waiter) = waiter {
+            let next = waiter.await.expect("task").expect("the waiter is served");
+            next.release().await.expect("the waiter releases");
+        }
+        assert!(
+            !exists(&server, &lock_name("released-once")),
+            "round {round}"
+        );
+    }
+}
+
+/// Not trusted blindly: a release whose lease ran out and whose key another
+/// owner holds now stays `NotHeld`, even when its reply was lost and it was
+/// sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_release_of_someone_elses_lock_stays_not_held() {
+    use crate::support::{FaultProxy, ProxyMode};
+    let server = crate::support::RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::connect(&proxy.url()).await.expect("connect");
+    let other = connect(&server).await;
+    warm_up(&client).await;
+    let guard = client
+        .lock("expired-first")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let theirs = other
+        .lock("expired-first")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the other owner takes the expired lock");
+    proxy.set_mode(ProxyMode::LoseNextReply);
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(leasehold::LockError::NotHeld { .. })),
+        "{released:?}"
+    );
+    assert!(theirs.is_held());
+    assert!(exists(&server, &lock_name("expired-first")));
+    theirs.release().await.expect("the other owner releases");
 }

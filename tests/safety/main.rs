@@ -15,6 +15,7 @@ mod cancel;
 mod cluster_faults;
 mod eviction;
 mod fencing;
+mod kinds;
 mod lazy;
 mod limits;
 mod lost_reply;

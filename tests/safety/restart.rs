@@ -546,3 +546,126 @@ async fn the_check_after_a_restart_does_not_shorten_a_lease() {
     );
     guard.release().await.expect("release");
 }
+
+/// `leasehold:{key}:survived`, the survival mark.
+fn mark_name(key: &str) -> String {
+    format!("leasehold:{{{key}}}:survived")
+}
+
+/// Expect the refusal of a closed key: unavailable, with about the lease
+/// left (not `Busy`, not granted).
+fn assert_closed(outcome: &Result<Option<leasehold::LockGuard>, LockError>, lease: Duration) {
+    match outcome {
+        Err(e) if e.is_unavailable() => {
+            let left = e.retry_after().expect("a refusal says when it reopens");
+            assert!(
+                left > lease / 2 && left <= lease,
+                "reopens in {left:?}, expected about {lease:?}"
+            );
+        }
+        other => panic!("a key that may be held unseen was not refused: {other:?}"),
+    }
+}
+
+/// A survival mark vouches for the change after which it was written, not
+/// for a later one: a snapshot taken after a release left the mark (and
+/// before the next holder took the key) is loaded by a second restart; the
+/// mark is still there, but the second restart lost the next holder's
+/// lease, and a client that asked for the key just before it must be
+/// refused for about a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_from_an_earlier_restart_opens_nothing() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server).await;
+    let asker = connect(&server).await;
+    let next = connect(&server).await;
+    let ttl = Duration::from_secs(20);
+    let guard = holder
+        .lock("snapshot")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("holder");
+    server.cmd(&["SAVE"]);
+    server.restart();
+    assert!(
+        exists(&server, &lock_name("snapshot")),
+        "the snapshot kept the lock"
+    );
+    touch(&holder).await;
+    guard
+        .release()
+        .await
+        .expect("held across the restart, released there");
+    assert!(
+        exists(&server, &mark_name("snapshot")),
+        "a lease held across the restart leaves the survival mark"
+    );
+    // The snapshot the next restart loads: the mark, no lock.
+    server.cmd(&["SAVE"]);
+    touch(&next).await;
+    let lost = first_answer(&next, "snapshot", ttl)
+        .await
+        .expect("the next holder")
+        .expect("free");
+    assert!(matches!(
+        first_answer(&asker, "snapshot", ttl).await,
+        Ok(None)
+    ));
+
+    server.restart();
+    assert!(
+        exists(&server, &mark_name("snapshot")),
+        "the old mark came back"
+    );
+    assert!(!exists(&server, &lock_name("snapshot")));
+    let outcome = first_answer(&asker, "snapshot", ttl).await;
+    assert_closed(&outcome, ttl);
+    drop(lost);
+}
+
+/// Only a lease held across the change vouches for its key: one granted
+/// after it (on a key this client had not asked for) leaves no mark, and a
+/// client that closed the key keeps it closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_after_the_change_leaves_no_mark() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server).await;
+    let asker = connect(&server).await;
+    let newcomer = connect(&server).await;
+    let ttl = Duration::from_secs(20);
+    let _held = holder
+        .lock("after")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("holder");
+    assert!(matches!(
+        asker.lock("after").ttl(ttl).try_acquire().await,
+        Ok(None)
+    ));
+    // The newcomer asked for another key only: "after" stays open for it,
+    // and its marking window opens at the restart.
+    let own = newcomer
+        .lock("newcomer-own")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("own");
+    server.restart();
+    touch(&newcomer).await;
+    let fresh = first_answer(&newcomer, "after", ttl)
+        .await
+        .expect("open for a client that never asked for it")
+        .expect("free after the restart");
+    fresh.release().await.expect("release");
+    assert!(
+        !exists(&server, &mark_name("after")),
+        "a lease granted after the restart left the survival mark"
+    );
+    let outcome = first_answer(&asker, "after", ttl).await;
+    assert_closed(&outcome, ttl);
+    drop(own);
+}

@@ -12,6 +12,9 @@
 //!   held is delivered late, as a healed network would.
 //! * [`ProxyMode::Reset`]: every open connection is closed with a TCP reset,
 //!   and new ones are reset as soon as they are accepted.
+//! * [`ProxyMode::LoseNextReply`]: requests are forwarded; the next reply
+//!   that comes back is dropped and its connection reset (the server did
+//!   the work, the client never hears of it); then back to `Pass`.
 //!
 //! Dropping the proxy closes the listener and every connection.
 
@@ -40,6 +43,9 @@ pub enum ProxyMode {
     Blackhole,
     /// Reset every connection, old and new.
     Reset,
+    /// Forward requests; drop the next reply and reset its connection, then
+    /// pass again.
+    LoseNextReply,
 }
 
 struct Shared {
@@ -179,7 +185,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 let _ = server.set_nodelay(true);
                 let generation = shared.resets.load(Ordering::SeqCst);
                 let dead = Arc::new(AtomicBool::new(false));
-                for (from, to) in [(&client, &server), (&server, &client)] {
+                for (from, to, replies) in [(&client, &server, false), (&server, &client, true)] {
                     let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
                         continue;
                     };
@@ -187,7 +193,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     let dead = dead.clone();
                     if let Ok(handle) = std::thread::Builder::new()
                         .name("proxy-pump".into())
-                        .spawn(move || pump(from, to, shared, generation, dead))
+                        .spawn(move || pump(from, to, replies, shared, generation, dead))
                     {
                         pumps.push(handle);
                     }
@@ -209,6 +215,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
+    replies: bool,
     shared: Arc<Shared>,
     generation: u64,
     dead: Arc<AtomicBool>,
@@ -248,6 +255,17 @@ fn pump(
             reset(&from);
             reset(&to);
             break;
+        }
+        if replies {
+            let mut mode = shared.mode.lock().unwrap_or_else(|e| e.into_inner());
+            if *mode == ProxyMode::LoseNextReply {
+                // The reply goes nowhere; the client sees its connection reset.
+                *mode = ProxyMode::Pass;
+                drop(mode);
+                reset(&from);
+                reset(&to);
+                break;
+            }
         }
         if to.write_all(&buf[..n]).is_err() {
             break;

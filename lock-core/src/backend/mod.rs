@@ -123,6 +123,10 @@ pub(crate) struct Release<'a> {
     pub(crate) keep: Duration,
     /// Retry while the server asks to, until then (the lease's validity).
     pub(crate) deadline: Instant,
+    /// When the lease's winning attempt was sent: a lease granted before
+    /// the server's last change (a restart, a failover) and released after
+    /// it shows that its key's state survived that change (gate.rs).
+    pub(crate) granted_at: Instant,
 }
 
 impl<'a> Release<'a> {

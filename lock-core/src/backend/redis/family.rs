@@ -36,18 +36,30 @@ impl<T: Topology> RedisBackend<T> {
     /// Give back a permit or a rw-lock side; this client's own waiters hear
     /// it at once.
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let granted_at = release.granted_at;
         let (keys, token, keep, deadline) = release.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
         // Without a script where it may (see `scripts::family_release`):
         // the lease is still valid here.
         let native = self.gate.offered().fast_path() && Instant::now() < deadline;
-        let released = self
-            .call(|mut con| async move {
-                scripts::family_release(&mut con, keys, token, keep, publish, one_server, native)
+        let send = |mut con: T::Conn| async move {
+            scripts::family_release(&mut con, keys, token, keep, publish, one_server, native).await
+        };
+        let released = match send(self.topology.connection()).await {
+            Err(e) if e.connection_broke() => {
+                // Sent again; a resend that finds the permit gone tells
+                // what the first try did (see `resent_outcome`).
+                tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, sending again");
+                let mut released = Box::pin(send(self.topology.connection()))
                     .await
-            })
-            .await
-            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+                    .map_err(|e| e.into_lock_error(&self.server, keys))?;
+                released.owned = self
+                    .resent_outcome(keys, token, released.owned, granted_at, deadline)
+                    .await;
+                released
+            }
+            other => other.map_err(|e| e.into_lock_error(&self.server, keys))?,
+        };
         if released.owned == Owned::Yes {
             self.gate.survived(keys.key());
             if let Some(next) = &released.next {

@@ -89,6 +89,9 @@ struct State {
     /// Until when releases leave the survival mark: as long as clients
     /// that saw the last change may keep a key closed.
     mark_until: Option<Instant>,
+    /// When this client saw the last change: only a lease granted before
+    /// it was held across it, and only its release leaves the mark.
+    changed_at: Option<Instant>,
     /// The map size at which the next sweep of `asks` runs.
     sweep_at: usize,
     /// Grants refused outright (an evicting server seen on a reconnect).
@@ -231,23 +234,45 @@ impl Gate {
         self.flag(&state);
     }
 
-    /// How long a release now leaves the survival mark (`None`: it leaves
-    /// none; the common case, without a change seen lately). A lease
-    /// released here was held across the change: its key's state survived.
-    pub(crate) fn survival_mark(&self) -> Option<Duration> {
+    /// How long the release of a lease granted at `granted_at` leaves the
+    /// survival mark now, and the mark's value (the tag of the server's
+    /// `run_id`, see [`identity_tag`](Self::identity_tag)). `None`: it
+    /// leaves none; the common case, without a change seen lately. Only a
+    /// lease granted before the last change was held across it: released
+    /// here, it shows that its key's state survived *this* change. A lease
+    /// granted after the change shows nothing about the leases the change
+    /// may have lost, and leaves no mark.
+    pub(crate) fn survival_mark(&self, granted_at: Instant) -> Option<(Duration, u64)> {
         if !self.marking.load(Ordering::Acquire) {
             return None;
         }
         let now = Instant::now();
         let mut state = self.state();
         match state.mark_until {
-            Some(until) if until > now => Some(until - now),
+            Some(until) if until > now => {
+                let held_across = state.changed_at.is_some_and(|at| granted_at < at);
+                let tag = state.run_id.as_deref().and_then(tag_of);
+                tag.filter(|_| held_across).map(|tag| (until - now, tag))
+            }
             _ => {
                 state.mark_until = None;
                 self.marking.store(false, Ordering::Release);
                 None
             }
         }
+    }
+
+    /// Whether this client saw a change of the server (a restart, a
+    /// failover) after `since`.
+    pub(crate) fn changed_since(&self, since: Instant) -> bool {
+        self.state().changed_at.is_some_and(|at| at >= since)
+    }
+
+    /// The tag of the server's `run_id` as this client knows it now (its
+    /// first 64 bits): the value of a survival mark written after the last
+    /// change. `None` before the identity was read.
+    pub(crate) fn identity_tag(&self) -> Option<u64> {
+        self.state().run_id.as_deref().and_then(tag_of)
     }
 
     /// Whether the server's identity was read since the last (re)connection:
@@ -478,6 +503,7 @@ impl State {
     /// still run, until that lease could have run out counted from now.
     /// Returns how many keys are closed.
     fn close_asked(&mut self, now: Instant, cause: LostCause) -> usize {
+        self.changed_at = later(self.changed_at, now);
         for (&hash, asks) in &self.asks {
             if let Some(lease) = asks.longest_running(now) {
                 let until = now + lease;
@@ -494,6 +520,12 @@ impl State {
         }
         self.closed.len()
     }
+}
+
+/// A `run_id`'s tag: its first 16 hex digits (a run id is 40 random hex
+/// digits, new at every start of a server process).
+fn tag_of(run_id: &str) -> Option<u64> {
+    u64::from_str_radix(run_id.get(..16)?, 16).ok()
 }
 
 /// The leases one key was asked for, each with when it was last asked:

@@ -70,9 +70,12 @@ struct ReleaseArgs {
     /// the line and channel itself (its compact form).
     one_server: bool,
     announce: scripts::Announce,
-    mark: Option<Duration>,
+    /// The survival mark's life and value (see `Gate::survival_mark`).
+    mark: Option<(Duration, u64)>,
     keep: Duration,
     deadline: Instant,
+    /// When the lease was granted (see [`RedisBackend::resent_outcome`]).
+    granted_at: Instant,
 }
 
 impl ReleaseArgs {
@@ -281,6 +284,41 @@ impl<T: Topology> RedisBackend<T> {
         }
     }
 
+    /// What a release did, told by its resend (`resent`: the resend's
+    /// outcome) after the first try's reply was lost. A resend that finds
+    /// the lease gone, while its validity has not passed and the server is
+    /// the one that granted it, finds the first try's work: nothing else
+    /// removes a valid lease (its key cannot have expired yet; a restart or
+    /// failover would have been seen, and then it is not trusted), so the
+    /// release went through. Anything else is the resend's own outcome:
+    /// someone else's lock stays someone else's.
+    pub(super) async fn resent_outcome(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        resent: Owned,
+        granted_at: Instant,
+        valid_until: Instant,
+    ) -> Owned {
+        if resent != Owned::No || Instant::now() >= valid_until {
+            return resent;
+        }
+        // The identity as it is now: a restart behind the broken
+        // connection is applied (and seen) before it is asked about.
+        if self.verify(keys).await.is_err() || self.gate.changed_since(granted_at) {
+            return resent;
+        }
+        // An operator's release removes a valid lease too: it says so.
+        let forced = self
+            .call(|mut con| async move { scripts::was_forced(&mut con, keys, token).await })
+            .await;
+        if !matches!(forced, Ok(false)) {
+            return resent;
+        }
+        tracing::debug!(key = %keys.key(), "leasehold: a release's reply was lost; its resend found the lease gone, released by the first try");
+        Owned::Yes
+    }
+
     /// Read the server's identity (after a connection, before granting).
     async fn verify(&self, keys: &LockKeys) -> Result<(), LockError> {
         let mut con = self.topology.connection();
@@ -303,23 +341,29 @@ impl<T: Topology> RedisBackend<T> {
         }
     }
 
-    /// A key closed by a change is admitted after all when its lock key or
-    /// its survival mark is on the server; `refusal` otherwise.
+    /// A key closed by a change is admitted after all when its lock key is
+    /// on the server, or its survival mark names this server as it is now
+    /// (written after the last change, by a lease held across it); a mark
+    /// left after an earlier change, or restored from a snapshot, names
+    /// another `run_id` and opens nothing. `refusal` otherwise.
     async fn check_survival(&self, keys: &LockKeys, refusal: LockError) -> Result<(), LockError> {
         let mark = keys.survival_mark();
         let mark = &mark;
-        let exists = self
+        let (exists, marked) = self
             .call(|mut con| async move {
-                redis::cmd("EXISTS")
+                redis::pipe()
+                    .cmd("EXISTS")
                     .arg(keys.lock())
+                    .cmd("GET")
                     .arg(mark)
-                    .query_async::<bool>(&mut con)
+                    .query_async::<(bool, Option<String>)>(&mut con)
                     .await
                     .map_err(ScriptError::Redis)
             })
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
-        if exists {
+        let this_change = self.gate.identity_tag().map(super::scripts::mark_value);
+        if exists || (marked.is_some() && marked == this_change) {
             self.gate.survived(keys.key());
             return Ok(());
         }
@@ -471,9 +515,17 @@ impl<T: Topology> RedisBackend<T> {
     /// A plain lock's release: the script (or the native delete), then
     /// this client's own waiters told at once.
     pub(super) async fn release_lock(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let granted_at = release.granted_at;
         let (keys, token, keep, deadline) = release.parts();
         let released = self
-            .release_script(keys, token, keep, deadline, scripts::Announce::ToTheLine)
+            .release_script(
+                keys,
+                token,
+                keep,
+                deadline,
+                granted_at,
+                scripts::Announce::ToTheLine,
+            )
             .await?;
         if released.owned == Owned::Yes && !released.in_background {
             // Ours there: the key's state survived any change.
@@ -497,15 +549,17 @@ impl<T: Topology> RedisBackend<T> {
         token: &str,
         keep: Duration,
         deadline: Instant,
+        granted_at: Instant,
         announce: scripts::Announce,
     ) -> Result<scripts::Released, LockError> {
         let args = ReleaseArgs {
             publish: self.topology.publish(),
             one_server: self.topology.fast_path(),
             announce,
-            mark: self.gate.survival_mark(),
+            mark: self.gate.survival_mark(granted_at),
             keep,
             deadline,
+            granted_at,
         };
         // The common release is one send; anything else (a broken
         // connection, a retry the server asks for) has a future of its
@@ -533,7 +587,12 @@ impl<T: Topology> RedisBackend<T> {
         let error = if error.connection_broke() {
             tracing::debug!(server = %self.server, error = ?error, "leasehold: connection broke, sending again");
             match send(self.topology.connection()).await {
-                Ok(released) => return Ok(released),
+                Ok(mut released) => {
+                    released.owned = self
+                        .resent_outcome(keys, token, released.owned, args.granted_at, args.deadline)
+                        .await;
+                    return Ok(released);
+                }
                 Err(error) => error,
             }
         } else {
@@ -958,6 +1017,7 @@ mod tests {
                 token: "t",
                 keep: Duration::ZERO,
                 deadline: Instant::now(),
+                granted_at: Instant::now(),
             })
         });
         assert!(

@@ -58,7 +58,10 @@
 --                   already ours (a retried call after a lost reply)
 --         ms        (an integer) not now; look again within ms (-1: no expiry
 --                   known): the lock is held, or kept for the first in line
---         {-1, i}   KEYS[i] holds a value of another type; nothing was changed
+--         {-1, i}   KEYS[i] holds a value of another type, or (i = 1) the key
+--                   is a semaphore's or rw lock's, someone of which waits in
+--                   its line (a place `<kind><until>`, family.lua); nothing
+--                   was changed
 -- (Plain values, not a table, on the common paths: Redis converts a table
 -- reply field by field, which showed in its CPU time.)
 
@@ -134,7 +137,10 @@ if taken then
     -- A clock that stepped back, or Redlock's counters ahead.
     fence = string.format('%d', prior + 1)
   end
-  if not lined then
+  -- A line without the marker is a semaphore's or rw lock's (they do not
+  -- mark the fence key): the key is another primitive's while anyone
+  -- waits in its line, decided below (acquire_contended.lua).
+  if not lined and redis.call('EXISTS', KEYS[3]) == 0 then
     if fence ~= floor then
       redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
     end

@@ -15,12 +15,21 @@ end
 -- counts as kept: it is here), or false. Places not renewed in time belong
 -- to waiters that crashed or left: they are dropped on the way. A line or
 -- places key of another type: the {-1, i} reply.
+-- A semaphore's or rw lock's waiter found first in line (see below).
+local family_head
+
 local function first_in_line()
   local head = typed('LINDEX', KEYS[3], '0')
   while type(head) == 'string' and head ~= token do
     local kept = typed('HGET', KEYS[4], head)
     if type(kept) == 'table' then
       return {-1, 4}
+    end
+    if kept and string.find(kept, '^%a') then
+      -- A semaphore's or rw lock's waiter (`<kind><until>`): the key is
+      -- that primitive's while it waits (kinds never mix).
+      family_head = head
+      return {-1, 1}
     end
     if (tonumber(kept) or 0) > now_ms() then
       return head
@@ -58,10 +67,23 @@ if taken then
   if line_head() and head ~= token then
     -- Undo our writes (the counter goes back as it was).
     redis.call('DEL', KEYS[1])
-    mark_fence(last)
     if type(head) == 'table' then
+      -- Nothing changed: the fence key as it was (marked or not).
+      if lined then
+        mark_fence(last)
+      elseif last then
+        redis.call('SET', KEYS[2], last, 'PX', ARGV[3])
+      else
+        redis.call('DEL', KEYS[2])
+      end
+      if family_head and ARGV[8] then
+        -- Claimed mode: the fast SET may have been seen by that waiter,
+        -- which then waits for it; it is gone now.
+        redis.call(ARGV[8], ARGV[7], 'again:' .. family_head)
+      end
       return head
     end
+    mark_fence(last or '0')
     if seen then
       -- 'again:', not 'next:': the head was most likely told it is next
       -- by the release just before, and a client takes the same

@@ -44,6 +44,14 @@ local publish = ARGV[8] or 'PUBLISH'
 
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then
+  -- A plain lock's key while the caller waits in this line: a fast plain
+  -- acquisition's SET of a moment (fast.rs), which its script gives back
+  -- at once, waking the first in line with 'again:' (acquire_contended.lua;
+  -- kinds never mix). The caller keeps its place and looks again then.
+  if tonumber(ARGV[5]) > 0 and redis.call('HEXISTS', places_key, token) == 1
+      and redis.call('TYPE', KEYS[1]).ok == 'string' then
+    return math.min(math.max(redis.call('PTTL', KEYS[1]), 1), 100)
+  end
   return {-1, 1}
 end
 for _, holder in ipairs(holders) do

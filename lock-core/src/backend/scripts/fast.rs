@@ -9,7 +9,9 @@
 //!    changed);
 //! 2. `GET fence`: the last fencing token a script wrote, and the line
 //!    marker (`+`, see `marker.lua`): someone may wait in line;
-//! 3. `TIME`: the server clock.
+//! 3. `TIME`: the server clock;
+//! 4. `EXISTS line`: a line without the marker is a semaphore's or rw
+//!    lock's, whose waiters leave none; the key is theirs while they wait.
 //!
 //! Taken, unmarked: the fencing token is the server clock in µs, when that
 //! is above the last token written (otherwise `acquire.lua` decides, and
@@ -89,11 +91,16 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     read.arg("GET").arg(keys.fence());
     let mut time = redis::Cmd::with_capacity(1, 4);
     time.arg("TIME");
-    let mut pipe = redis::Pipeline::with_capacity(3);
+    let mut line = redis::Cmd::with_capacity(2, 6 + keys.line().len());
+    line.arg("EXISTS").arg(keys.line());
+    let mut pipe = redis::Pipeline::with_capacity(4);
     pipe.ignore_errors();
-    pipe.add_command(set).add_command(read).add_command(time);
+    pipe.add_command(set)
+        .add_command(read)
+        .add_command(time)
+        .add_command(line);
     let replies: Vec<Value> = pipe.query_async(con).await?;
-    let [set, fence, time] = replies.as_slice() else {
+    let [set, fence, time, line] = replies.as_slice() else {
         return Ok(Some(Fast::Resolve));
     };
     match set {
@@ -136,6 +143,12 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         },
         _ => return Ok(Some(Fast::Resolve)),
     };
+    // A line behind an unmarked fence key is a semaphore's or rw lock's
+    // (they leave no marker): the key is theirs while anyone waits in it,
+    // and the script says so (kinds never mix).
+    if !matches!(line, Value::Int(0)) {
+        return Ok(Some(Fast::Resolve));
+    }
     let Some(now_us) = server_micros(time) else {
         return Ok(Some(Fast::Resolve));
     };

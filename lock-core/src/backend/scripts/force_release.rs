@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::{Lua, ScriptError, evalsha, invoke};
@@ -56,6 +57,32 @@ pub(crate) async fn force_release<C: ConnectionLike>(
             redis_key: keys.lock().to_owned(),
         }),
     }
+}
+
+/// Whether an operator released `token`'s lease (its forced marker names
+/// it: a string for a lock, a set of tokens for a semaphore or rw lock).
+/// One read, for a release whose reply was lost (see
+/// `RedisBackend::resent_outcome`).
+pub(crate) async fn was_forced<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<bool, ScriptError> {
+    let forced = forced_name(keys);
+    let cmd = if keys.kind.is_shared() {
+        let mut cmd = redis::cmd("SISMEMBER");
+        cmd.arg(&forced).arg(token);
+        cmd
+    } else {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&forced);
+        cmd
+    };
+    Ok(match cmd.query_async::<Value>(con).await? {
+        Value::Int(found) => found == 1,
+        Value::BulkString(holder) => holder == token.as_bytes(),
+        _ => false,
+    })
 }
 
 /// `P{K}:forced`: the lock key with `:forced` in place of `:lock` (renew.lua

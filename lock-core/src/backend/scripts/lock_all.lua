@@ -67,6 +67,11 @@ local function head_of(i)
     if type(kept) == 'table' then
       return {-1, 4 * i}
     end
+    if kept and string.find(kept, '^%a') then
+      -- A semaphore's or rw lock's waiter (`<kind><until>`): key i is
+      -- that primitive's while it waits (kinds never mix).
+      return {-1, 4 * i - 3}
+    end
     if (tonumber(kept) or 0) > now_ms() then
       return head
     end

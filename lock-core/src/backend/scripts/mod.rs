@@ -59,7 +59,7 @@ pub use family_release::SOURCE as FAMILY_RELEASE_SOURCE;
 pub(crate) use family_release::family_release;
 pub use family_renew::SOURCE as FAMILY_RENEW_SOURCE;
 pub(crate) use family_renew::family_renew;
-pub(crate) use force_release::force_release;
+pub(crate) use force_release::{force_release, was_forced};
 pub(crate) use inspect::inspect;
 /// lock_all.lua as Redis runs it, for a focused test in tests/model.
 pub use lock_all::SOURCE as LOCK_ALL_SOURCE;
@@ -68,7 +68,7 @@ pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub(crate) use record::record;
 pub use release::SOURCE as RELEASE_SOURCE;
-pub(crate) use release::{Announce, Released, Telling, release};
+pub(crate) use release::{Announce, Released, Telling, mark_value, release};
 /// renew.lua as Redis runs it, for the model's conformance test.
 pub use renew::SOURCE as RENEW_SOURCE;
 pub(crate) use renew::renew;

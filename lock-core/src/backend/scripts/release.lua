@@ -33,11 +33,15 @@
 -- the line (ARGV[5] = 0), or, with ARGV[3] = '1' (a Redlock master), every
 -- release (ARGV[5] = 1). Fewer arguments are cheaper for Redis to pass to
 -- a script (measured: about 2 µs of a 13 µs release on Redis 7.0).
--- KEYS[5], ARGV[6]  only shortly after the server restarted or failed over
---          (as the caller's client saw it): the survival mark and how many
---          ms it is kept. A lease released here was held across the change,
---          so the key's state survived it: clients that closed the key
---          after the change (gate.rs) find the mark and grant it again.
+-- KEYS[5], ARGV[6], ARGV[7]  only shortly after the server restarted or
+--          failed over (as the caller's client saw it), for a lease granted
+--          before that change: the survival mark, how many ms it is kept,
+--          and its value, the tag of the server's run_id as the caller knows
+--          it. The lease was held across the change, so the key's state
+--          survived it: clients that closed the key after the change
+--          (gate.rs) find the mark naming the server as it is now and grant
+--          it again; a mark restored from a snapshot, or left after an
+--          earlier change, names another run_id and opens nothing.
 --
 -- Handoff (SPEC semantic 3): a plain release (keep 0, announced to the line:
 -- not Redlock) whose first kept place carries a lease length grants the
@@ -110,7 +114,7 @@ else
   redis.call('DEL', KEYS[1])
 end
 if KEYS[5] then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  redis.call('SET', KEYS[5], ARGV[7] or '1', 'PX', ARGV[6])
 end
 -- Nobody in line and nobody to tell of every release (the common case):
 -- done, before anything below is named or defined (each costs the server

@@ -84,7 +84,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     token: &str,
     keep: Duration,
     telling: Telling,
-    mark_survival: Option<Duration>,
+    mark_survival: Option<(Duration, u64)>,
 ) -> Result<Released, ScriptError> {
     let Telling {
         publish,
@@ -124,12 +124,20 @@ pub(crate) async fn release<C: ConnectionLike>(
             .arg(keys.channel())
             .arg(publish)
             .arg(u8::from(announce == Announce::Always));
-        if let Some(mark) = mark_survival {
-            cmd.arg(millis(mark).max(1));
+        if let Some((life, tag)) = mark_survival {
+            cmd.arg(millis(life).max(1)).arg(mark_value(tag));
         }
         cmd
     };
     decode(invoke(&SCRIPT, &cmd, con).await?)
+}
+
+/// The survival mark's value: the tag of the server's `run_id` as the
+/// releasing client knows it (see `Gate::identity_tag`), so that a mark
+/// restored from a snapshot, or left after an earlier change, does not
+/// match the server as it is now.
+pub(crate) fn mark_value(tag: u64) -> String {
+    format!("{tag:016x}")
 }
 
 /// The script's reply.

@@ -93,6 +93,7 @@ pub(super) async fn release_on(
     lock: Owner,
     keep: Duration,
     deadline: Instant,
+    granted_at: Instant,
     per_try: Duration,
 ) -> NodeReply<Owned> {
     until_answered(master.server(), deadline, per_try, || async {
@@ -102,6 +103,7 @@ pub(super) async fn release_on(
                 &lock.token,
                 keep,
                 deadline,
+                granted_at,
                 scripts::Announce::Always,
             )
             .await

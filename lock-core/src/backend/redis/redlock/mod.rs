@@ -443,6 +443,7 @@ impl Backend for RedlockBackend {
     }
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
+        let granted_at = release.granted_at;
         let (keys, token, keep, deadline) = release.parts();
         Box::pin(async move {
             // Every master is asked at once; those that have not answered
@@ -457,8 +458,14 @@ impl Backend for RedlockBackend {
                     .iter()
                     .enumerate()
                     .map(|(index, master)| {
-                        let release =
-                            release_on(master.clone(), lock.clone(), keep, deadline, per_try);
+                        let release = release_on(
+                            master.clone(),
+                            lock.clone(),
+                            keep,
+                            deadline,
+                            granted_at,
+                            per_try,
+                        );
                         Box::pin(async move { (index, release.await) }) as BoxFuture<'static, _>
                     })
                     .collect(),
