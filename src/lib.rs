@@ -99,7 +99,7 @@ pub use leasehold_core::testing;
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, Holder, LockClient, LockClientBuilder, LockError, LockFallback,
     LockGuard, LockInfo, LockKind, LockRequest, LostCause, MAX_TTL, MAX_WAIT, MIN_TTL, RwLock,
-    fencing_token, set_global_client,
+    fencing_token, fencing_token_of, set_global_client,
 };
 // No doc comment here: the macro's own documentation (summary, options, runnable
 // examples, tested by `cargo test --doc -p leasehold-macros`) shows as is.

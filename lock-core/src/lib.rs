@@ -118,7 +118,7 @@ pub use global::set_global_client;
 pub use guard::LockGuard;
 pub use info::{Holder, LockInfo, LockKind};
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
-pub use reentrancy::fencing_token;
+pub use reentrancy::{fencing_token, fencing_token_of};
 pub use request::LockRequest;
 
 /// Items used by the code `#[distributed_lock]` generates, by the

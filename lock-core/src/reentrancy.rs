@@ -100,6 +100,47 @@ pub fn fencing_token() -> Option<u64> {
     .flatten()
 }
 
+/// The fencing token the current task holds for `key` (as given to `lock`,
+/// without prefix) in an enclosing [`run`](crate::LockRequest::run) body
+/// (or `#[distributed_lock]` function): the lock's own, or that key's token
+/// of an enclosing `lock_all` (`keys = [...]`), so that each row is fenced
+/// with its own key's token. `None` when no enclosing body holds `key`, or
+/// its lease is lost. The innermost holder wins.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// let client = leasehold_core::LockClient::in_memory();
+/// let (a, b, c) = client
+///     .lock_all(["acct:a", "acct:b"])
+///     .run(async {
+///         (
+///             leasehold_core::fencing_token_of("acct:a"),
+///             leasehold_core::fencing_token_of("acct:b"),
+///             leasehold_core::fencing_token_of("acct:c"),
+///         )
+///     })
+///     .await?;
+/// assert!(a.is_some() && b.is_some());
+/// assert_eq!(c, None);
+/// # Ok(()) }
+/// ```
+pub fn fencing_token_of(key: &str) -> Option<u64> {
+    HELD.try_with(|held| {
+        held.borrow()
+            .iter()
+            .rev()
+            .filter_map(Weak::upgrade)
+            .filter(|lease| lease.is_held())
+            .find_map(|lease| match &lease.keys.kind {
+                crate::backend::family::Kind::All(all) => all.fence_of(key),
+                _ => (lease.keys.key() == key).then_some(lease.fence),
+            })
+    })
+    .ok()
+    .flatten()
+}
+
 /// Whether `lease` holds what `keys` names: the same primitive of the same
 /// key, or a plain lock that is one of the keys of a `lock_all` lease.
 fn holds(lease: &Lease, keys: &LockKeys) -> bool {
