@@ -13,4 +13,4 @@ cd "$(dirname "$0")/.."
 # `--workspace`, like the final run, so that both share their build.
 bash .ci/servers.sh redis6.2 \
   cargo test --workspace --test core --test scale_out --test acl \
-  $([ "${LEASEHOLD_MATRIX_FULL:-0}" = 1 ] && echo --test harness --test cluster)
+  $([ "${LEASEHOLD_MATRIX_FULL:-1}" = 1 ] && echo --test harness --test cluster)
