@@ -130,10 +130,10 @@ impl IntoResponse for ApiError {
             // Wrong password, unknown database, untrusted certificate...: no
             // retry helps, someone must fix the setup.
             StatusCode::INTERNAL_SERVER_ERROR
-        } else if err.is_unavailable() {
-            StatusCode::SERVICE_UNAVAILABLE // Redis unreachable or restarting: retry later
+        } else if err.is_unavailable() || err.is_lost() {
+            StatusCode::SERVICE_UNAVAILABLE // Redis unreachable or restarting, or the lease lost mid-request: retry later
         } else {
-            StatusCode::INTERNAL_SERVER_ERROR // lost lease, invalid argument, ...
+            StatusCode::INTERNAL_SERVER_ERROR // invalid argument, wrong type, ...
         };
         let mut response = (status, err.to_string()).into_response();
         // Right after a Redis restart, a lock that may still be held unseen
@@ -157,7 +157,7 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:88
+/// docs/recipes.md:91
 mod snippet_5 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -191,7 +191,7 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:140
+/// docs/recipes.md:143
 mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -220,7 +220,7 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:190
+/// docs/recipes.md:193
 mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -240,7 +240,7 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:212
+/// docs/recipes.md:215
 mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
