@@ -130,10 +130,10 @@ impl IntoResponse for ApiError {
             // Wrong password, unknown database, untrusted certificate...: no
             // retry helps, someone must fix the setup.
             StatusCode::INTERNAL_SERVER_ERROR
-        } else if err.is_unavailable() {
-            StatusCode::SERVICE_UNAVAILABLE // Redis unreachable or restarting: retry later
+        } else if err.is_unavailable() || err.is_lost() {
+            StatusCode::SERVICE_UNAVAILABLE // Redis unreachable or restarting, or the lease lost mid-request: retry later
         } else {
-            StatusCode::INTERNAL_SERVER_ERROR // lost lease, invalid argument, ...
+            StatusCode::INTERNAL_SERVER_ERROR // invalid argument, wrong type, ...
         };
         let mut response = (status, err.to_string()).into_response();
         // Right after a Redis restart, a lock that may still be held unseen
@@ -157,7 +157,7 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:88
+/// docs/recipes.md:91
 mod snippet_5 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -191,8 +191,37 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:147
+/// docs/recipes.md:143
 mod snippet_6 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use std::time::SystemTime;
+use leasehold::{distributed_lock, schedule, LockError};
+
+async fn last_done() -> Option<SystemTime> { todo!() }                   // your storage
+async fn build_report(minute: SystemTime) -> Result<(), LockError> { todo!() }
+async fn mark_done(minute: SystemTime) { todo!() }
+
+#[distributed_lock(key = "report", every = "1m", ttl = "30s", renew)]
+async fn report() -> Result<(), LockError> {
+    let Some(slot) = schedule::current_slot() else { return Ok(()) };
+    // This minute, and every minute a killed run left undone before it.
+    let mut minute = last_done().await.map_or(slot.start(), |done| done + slot.every());
+    while minute <= slot.start() {
+        build_report(minute).await?;
+        mark_done(minute).await;
+        minute += slot.every();
+    }
+    Ok(())
+}
+
+Ok(())
+}
+}
+
+/// docs/recipes.md:193
+mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -211,8 +240,8 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:169
-mod snippet_7 {
+/// docs/recipes.md:215
+mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -253,7 +282,7 @@ Ok(())
 }
 
 /// docs/testing.md:27
-mod snippet_8 {
+mod snippet_9 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -285,7 +314,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_9 {
+mod snippet_10 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -304,7 +333,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_10 {
+mod snippet_11 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
