@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Acquired, Backend, LockKeys};
+use crate::backend::{Acquired, Backend, LockKeys, PLACE_LIFE};
 use crate::config::ClientSettings;
 use crate::error::LockError;
 use crate::family::Shape;
@@ -341,7 +341,12 @@ impl LockRequest {
             // refusal). Not with a replica sync: `WAIT` counts the writes
             // of this client's connection, and the grant was written by the
             // releaser's; the next attempt's renewal of the lease is one.
-            if let Some((fence, granted_at)) = waiter.take_grant().filter(|_| self.replicas == 0)
+            // A lease longer than a place's life was handed over for that
+            // life only (a waiter that died costs the line no more): the
+            // next attempt, at once, finds the lock ours and extends it.
+            let handed = waiter.take_grant();
+            if let Some((fence, granted_at)) =
+                handed.filter(|_| self.replicas == 0 && self.ttl <= PLACE_LIFE)
                 && granted_at + self.ttl - drift > Instant::now()
                 && waiter.admit_grant(self.ttl).await.is_ok()
             {
@@ -398,7 +403,9 @@ impl LockRequest {
                     continue;
                 }
             };
-            Waiter::sleep(armed, (Instant::now() + sleep_for).min(deadline)).await;
+            waiter
+                .sleep(armed, (Instant::now() + sleep_for).min(deadline), in_line)
+                .await;
         }
     }
 

@@ -49,7 +49,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::backend::family::Kind;
-use crate::backend::{Acquired, Attempt, Backend, LockKeys, abandon_in_background};
+use crate::backend::{Acquired, Attempt, Backend, LockKeys, PLACE_LIFE, abandon_in_background};
 use crate::error::LockError;
 
 /// One acquisition in progress.
@@ -174,16 +174,54 @@ impl<'a> Waiter<'a> {
         Some(notified)
     }
 
-    /// Sleep until woken by `armed`, or `until`.
-    pub(crate) async fn sleep(armed: Option<Pin<Box<OwnedNotified>>>, until: Instant) {
-        match armed {
-            Some(notified) => {
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(until) => {}
+    /// Sleep until woken by `armed`, or `until`. A waiter with a place in
+    /// line (`in_line`) keeps it alive meanwhile, every third of
+    /// [`PLACE_LIFE`]: if its process dies or freezes, the place lapses
+    /// within that and the line goes on without it. A place found gone (it
+    /// lapsed, or a release handed this waiter the lock) ends the sleep.
+    pub(crate) async fn sleep(
+        &self,
+        armed: Option<Pin<Box<OwnedNotified>>>,
+        until: Instant,
+        in_line: bool,
+    ) {
+        let keep = in_line && self.traces;
+        let mut armed = armed;
+        let mut until = until;
+        loop {
+            let wake = if keep {
+                until.min(Instant::now() + PLACE_LIFE / 3)
+            } else {
+                until
+            };
+            match armed.as_mut() {
+                Some(notified) => {
+                    tokio::select! {
+                        () = notified.as_mut() => return,
+                        () = tokio::time::sleep_until(wake) => {}
+                    }
+                }
+                None => tokio::time::sleep_until(wake).await,
+            }
+            if wake >= until {
+                return;
+            }
+            match self.backend.keep_place(self.keys, self.token).await {
+                // A lease handed to a waiter before this one (for a place's
+                // life, until its client extends it) may end sooner than
+                // the lease this waiter slept on: wake then.
+                Ok(Some(left)) => {
+                    if let Some(ends) = Instant::now().checked_add(left) {
+                        until = until.min(ends);
+                    }
+                }
+                Ok(None) => return,
+                Err(error) => {
+                    // Kept by the next attempt, or lapsed: either way the
+                    // wait goes on.
+                    tracing::debug!(%error, key = %self.keys.key(), "leasehold: could not keep a place in line");
                 }
             }
-            None => tokio::time::sleep_until(until).await,
         }
     }
 

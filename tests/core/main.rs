@@ -5,6 +5,7 @@
 mod support;
 
 mod api_shape;
+mod dead_waiter;
 mod fixture;
 mod handoff;
 mod memory_only;

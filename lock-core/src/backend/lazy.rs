@@ -166,6 +166,13 @@ impl Backend for LazyBackend {
         }
     }
 
+    fn keep_place<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> Reply<'a, Option<Duration>> {
+        match self.backend() {
+            Ok(backend) => backend.keep_place(keys, token),
+            Err(error) => refused(error.with_key(keys.key())),
+        }
+    }
+
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         match self.backend() {
             Ok(backend) => backend.admit_grant(keys, ttl),

@@ -69,6 +69,13 @@ pub(crate) const RECORD_AFTER: Duration = Duration::from_millis(20);
 /// the lock is no longer kept for it.
 pub(crate) const PLACE_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a waiter's place in line lives unless its client keeps it
+/// (`keep_place.lua`, every third of it while the waiter sleeps), and the
+/// longest lease a release hands to a waiter, extended by its client when
+/// it hears of the grant: a waiter whose process died or froze holds the
+/// line up for at most about this long, whatever the lock's TTL.
+pub(crate) const PLACE_LIFE: Duration = Duration::from_secs(2);
+
 /// A boxed, `Send` future: backends are used as `dyn Backend`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -520,6 +527,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// time left) if not. Backends that never hand a lock on admit it.
     fn admit_grant<'a>(&'a self, _keys: &'a LockKeys, _ttl: Duration) -> Reply<'a, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// Keep `token`'s place in the line of `keys` for [`PLACE_LIFE`] from
+    /// now (while its waiter sleeps), and say how long the lock's lease
+    /// has left. `Ok(None)`: the waiter looks again now (its place is gone:
+    /// it lapsed, or a release handed it the lock; or the lock is free).
+    /// Backends that keep no line in the store have nothing to keep.
+    fn keep_place<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        _token: &'a str,
+    ) -> Reply<'a, Option<Duration>> {
+        Box::pin(async { Ok(Some(Duration::MAX)) })
     }
 
     /// Whether a busy reply to a one-try attempt may leave a grant behind

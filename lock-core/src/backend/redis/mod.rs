@@ -808,6 +808,33 @@ impl<T: Topology> Backend for RedisBackend<T> {
         self.topology.fast_path()
     }
 
+    fn keep_place<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> Reply<'a, Option<Duration>> {
+        Box::pin(async move {
+            let life = super::PLACE_LIFE;
+            let one = |keys: &'a LockKeys| async move {
+                self.call(|mut con| async move {
+                    scripts::keep_place(&mut con, keys, token, life).await
+                })
+                .await
+                .map_err(|e| e.into_lock_error(&self.server, keys))
+            };
+            if let super::family::Kind::All(all) = &keys.kind {
+                // Every line the `lock_all` waits in; gone from any: look again.
+                // The soonest lease to end among its keys.
+                let kept = futures_util::future::join_all(all.keys.iter().map(one)).await;
+                let mut soonest = Some(Duration::MAX);
+                for kept in kept {
+                    soonest = match (soonest, kept?) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        _ => None,
+                    };
+                }
+                return Ok(soonest);
+            }
+            one(keys).await
+        })
+    }
+
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         Box::pin(async move {
             if !self.gate.is_verified() {

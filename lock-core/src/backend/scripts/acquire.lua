@@ -38,7 +38,14 @@
 --          it, in µs since its waiter started. With it, a busy reply
 --          writes the place's '~' field (see KEYS[4]), so that a release
 --          may hand the lock to this waiter; without it (a `lock_all` on
---          Cluster), the place is only woken
+--          Cluster), the place is only woken; '' stands for none when
+--          ARGV[10] follows
+-- ARGV[10] (optional, in line) the place life in ms: the place lapses that
+--          soon unless its client keeps it (keep_place.lua), and a release
+--          hands this waiter a lease of at most that long (its client
+--          extends it on hearing of the grant), so that a waiter that died
+--          or froze holds the line up for at most about that long, whatever
+--          the lease. Without it, a place is kept for the sleep plus ARGV[4]
 --
 -- The line marker (marker.lua): a '+' in front of the fence key's value
 -- (and of the lock key's token) says that someone may wait in line. A free

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
-use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
+use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE, PLACE_LIFE};
 
 /// The script's source as Redis runs it: the free lock first, then the
 /// shared helpers, then the rest, so that the common case does not pay for
@@ -63,11 +63,16 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(fence_floor.unwrap_or(0));
     if let Some(publish) = claimed {
         cmd.arg(1).arg(keys.channel()).arg(publish);
-    } else if sent_us.is_some() {
+    } else if in_line {
         cmd.arg(0).arg("").arg("");
     }
-    if let Some(sent_us) = sent_us {
-        cmd.arg(sent_us);
+    if in_line {
+        // The attempt's name ('' for none) and the place life.
+        match sent_us {
+            Some(sent_us) => cmd.arg(sent_us),
+            None => cmd.arg(""),
+        };
+        cmd.arg(millis(PLACE_LIFE));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

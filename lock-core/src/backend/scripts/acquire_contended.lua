@@ -154,11 +154,24 @@ if grace > 0 then
     return {-1, 2}
   end
   local keep = math.max(sleep, 0) + grace
-  if redis.call('HSET', KEYS[4], token, now_ms() + keep) == 1 then
+  -- With a place life (ARGV[10]), the place lapses that soon unless its
+  -- client keeps it (keep_place.lua), and a release hands this waiter a
+  -- lease of at most that long, which its client extends when it hears of
+  -- the grant: a waiter that died costs the line at most the place life.
+  local life = tonumber(ARGV[10] or '')
+  local place = keep
+  local lease = ARGV[2]
+  if life then
+    place = math.min(keep, life)
+    if tonumber(lease) > life then
+      lease = ARGV[10]
+    end
+  end
+  if redis.call('HSET', KEYS[4], token, now_ms() + place) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end
-  if ARGV[9] then
-    redis.call('HSET', KEYS[4], '~' .. token, ARGV[2] .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. ARGV[9])
+  if ARGV[9] and ARGV[9] ~= '' then
+    redis.call('HSET', KEYS[4], '~' .. token, lease .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. ARGV[9])
   end
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)

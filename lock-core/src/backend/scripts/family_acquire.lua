@@ -16,6 +16,9 @@
 -- ARGV[6]  the permits of a semaphore (ignored for the rw lock)
 -- ARGV[7]  the release channel (same hash tag)
 -- ARGV[8]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[9]  (optional, in line) the place life in ms: the place lapses that
+--          soon unless its client keeps it (keep_place.lua); ARGV[7] and
+--          ARGV[8] are then sent in the compact form too, as ''
 --
 -- Compact form, one server only (not Cluster), the common case: KEYS[1]
 -- and ARGV[1..6] alone; the fence key, the line, the places and the

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
-use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
+use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE, PLACE_LIFE};
 
 /// The script's source as Redis runs it: the free case first, then the
 /// shared helpers, then the rest, so that the free case does not pay for
@@ -56,6 +56,11 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
         .arg(keys.kind.permits());
     if !compact {
         cmd.arg(keys.channel()).arg(publish);
+    } else if in_line {
+        cmd.arg("").arg("");
+    }
+    if in_line {
+        cmd.arg(millis(PLACE_LIFE));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -39,8 +39,8 @@ end
 -- Named only past the free case: building a name costs the server time
 -- on every call.
 local places_key = KEYS[4] or base .. ':places'
-local channel = ARGV[7] or base .. ':released'
-local publish = ARGV[8] or 'PUBLISH'
+local channel = (ARGV[7] ~= '' and ARGV[7]) or base .. ':released'
+local publish = (ARGV[8] ~= '' and ARGV[8]) or 'PUBLISH'
 
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then
@@ -119,7 +119,15 @@ end
 local grace = tonumber(ARGV[5])
 if grace > 0 then
   local keep = math.max(sleep, 0) + grace
-  if redis.call('HSET', places_key, token, kind .. (now + keep)) == 1 then
+  -- With a place life (ARGV[9]), the place lapses that soon unless its
+  -- client keeps it (keep_place.lua): a waiter that died or froze holds
+  -- the line up for at most about that long.
+  local life = tonumber(ARGV[9] or '')
+  local place = keep
+  if life then
+    place = math.min(keep, life)
+  end
+  if redis.call('HSET', places_key, token, kind .. (now + place)) == 1 then
     redis.call('RPUSH', line_key, token)
   end
   outlive(line_key, now, now + keep)

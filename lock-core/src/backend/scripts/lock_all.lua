@@ -13,6 +13,8 @@
 --          the places this many ms longer than the caller will sleep
 -- ARGV[5]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 -- ARGV[5 + i]  the i-th key's release channel
+-- ARGV[6 + n]  (optional, in line) the place life in ms: the places lapse
+--          that soon unless their client keeps them (keep_place.lua)
 --
 -- First come, first served across all the keys: a waiting caller keeps a
 -- place in the line of every one of its keys, all taken in this one call
@@ -218,7 +220,10 @@ end
 -- Keep (or take) a place in every line, and the line markers (see
 -- acquire.lua) on each key.
 local keep = math.max(sleep, 0) + grace
-local until_ms = now_ms() + keep
+-- With a place life (ARGV[6 + n]), the places lapse that soon unless their
+-- client keeps them (keep_place.lua).
+local life = tonumber(ARGV[6 + n] or '')
+local until_ms = now_ms() + (life and math.min(keep, life) or keep)
 for i = 1, n do
   local lock, fence_key, line, places = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   if redis.call('HSET', places, token, until_ms) == 1 then

@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use super::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
 use crate::backend::family::AllKeys;
-use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE};
+use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE, PLACE_LIFE};
 
 /// The script's source as Redis runs it (with the shared helpers first).
 pub const SOURCE: &str = concat!(
@@ -46,6 +46,9 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
         .arg(publish);
     for keys in &all.keys {
         cmd.arg(keys.channel());
+    }
+    if in_line {
+        cmd.arg(millis(PLACE_LIFE));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -25,6 +25,7 @@ mod family_renew;
 pub(crate) mod fast;
 mod force_release;
 mod inspect;
+mod keep_place;
 mod lock_all;
 pub(crate) mod native;
 mod raise_fence;
@@ -61,6 +62,7 @@ pub use family_renew::SOURCE as FAMILY_RENEW_SOURCE;
 pub(crate) use family_renew::family_renew;
 pub(crate) use force_release::{force_release, was_forced};
 pub(crate) use inspect::inspect;
+pub(crate) use keep_place::keep_place;
 /// lock_all.lua as Redis runs it, for a focused test in tests/model.
 pub use lock_all::SOURCE as LOCK_ALL_SOURCE;
 pub(crate) use lock_all::lock_all;
@@ -79,8 +81,9 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 15] {
+pub(crate) fn all() -> [&'static Script; 16] {
     [
+        &keep_place::SCRIPT,
         &family_acquire::SCRIPT,
         &family_release::SCRIPT,
         &family_renew::SCRIPT,
@@ -212,8 +215,9 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 15] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 16] {
     [
+        ("keep_place", &keep_place::SCRIPT, keep_place::SOURCE),
         (
             "family_acquire",
             &family_acquire::SCRIPT,
