@@ -307,3 +307,36 @@ async fn a_second_instance_skips_while_the_first_runs() {
     ));
     assert_eq!(second_steps.load(Ordering::SeqCst), 0);
 }
+
+/// After `restart()`, a key asked for within its lease before it is closed
+/// as a real client closes it: `Unavailable` (the 503 path) with about the
+/// lease left, not `Busy`; a key nobody asked for is granted at once, and
+/// the closed one opens when the lease could have run out.
+#[tokio::test(start_paused = true)]
+async fn a_restart_closes_the_keys_asked_for_within_their_lease() {
+    let kit = FaultyClient::new();
+    let ttl = Duration::from_secs(30);
+    let held = kit
+        .client
+        .lock("ledger")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("held before the restart");
+    kit.controls.restart();
+    let other = kit.controls.another_client();
+    let refused = other.lock("ledger").ttl(ttl).try_acquire().await;
+    match &refused {
+        Err(e) if e.is_unavailable() && !e.is_busy() => {
+            let left = e.retry_after().expect("says when it reopens");
+            assert!(left > ttl / 2 && left <= ttl, "{left:?}");
+        }
+        other => panic!("expected Unavailable with retry_after, got {other:?}"),
+    }
+    let fresh = other.lock("never-asked").try_acquire().await;
+    assert!(matches!(fresh, Ok(Some(_))), "{fresh:?}");
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let reopened = other.lock("ledger").ttl(ttl).try_acquire().await;
+    assert!(matches!(reopened, Ok(Some(_))), "{reopened:?}");
+    drop(held);
+}

@@ -4,11 +4,13 @@
 //!
 //! Every delay is a `tokio::time::sleep`, so it honours a paused clock.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::memory::MemoryBackend;
 use super::wakeups::Wakeups;
@@ -27,10 +29,22 @@ struct Faults {
     delay: Duration,
 }
 
+/// The restart gate, as a real client keeps it (see `redis/gate.rs`): per
+/// key, the longest lease asked for that could still run; after a restart,
+/// each such key is closed until that lease could have run out.
+#[derive(Debug, Default)]
+struct Gate {
+    /// Per key (as given): the longest lease asked for, and when.
+    asks: HashMap<String, (Duration, Instant)>,
+    /// Per key: closed until then.
+    closed: HashMap<String, Instant>,
+}
+
 /// An isolated in-memory store behind injectable faults.
 pub(crate) struct FaultyBackend {
     store: Arc<MemoryBackend>,
     faults: Mutex<Faults>,
+    gate: Mutex<Gate>,
     changes: watch::Sender<ServerChange>,
     calls: AtomicU64,
 }
@@ -40,6 +54,7 @@ impl FaultyBackend {
         FaultyBackend {
             store: MemoryBackend::isolated(),
             faults: Mutex::default(),
+            gate: Mutex::default(),
             changes: watch::Sender::new(ServerChange::default()),
             calls: AtomicU64::new(0),
         }
@@ -66,9 +81,54 @@ impl FaultyBackend {
         &self.store
     }
 
+    fn gate(&self) -> MutexGuard<'_, Gate> {
+        // Every update is a map insert or removal.
+        self.gate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Before an attempt on `key` with a lease of `ttl`: remember the ask,
+    /// and refuse it while the key is closed after a restart, as a real
+    /// client does (`LockError::Unavailable` with the time left).
+    fn admit(&self, key: &str, ttl: Duration) -> Result<(), LockError> {
+        let now = Instant::now();
+        let mut gate = self.gate();
+        let ask = gate.asks.entry(key.to_owned()).or_insert((ttl, now));
+        if ask.0 <= ttl || ask.1 + ask.0 <= now {
+            *ask = (ttl, now);
+        }
+        match gate.closed.get(key) {
+            Some(&until) if until > now => Err(LockError::Unavailable {
+                key: Some(key.to_owned()),
+                server: DESCRIPTION.to_owned(),
+                reason: "it restarted (fault injected by FaultControls::restart) and may have \
+                         lost a lease of this key that another client still relies on"
+                    .to_owned(),
+                retry_after: Some(until - now),
+            }),
+            Some(_) => {
+                gate.closed.remove(key);
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// The store forgets everything and says so, as a server restarted
-    /// without persistence: every held lease is checked at once.
+    /// without persistence: every held lease is checked at once, and every
+    /// key asked for within its lease before it is closed until that lease
+    /// could have run out.
     pub(crate) fn restart(&self) {
+        let now = Instant::now();
+        {
+            let mut gate = self.gate();
+            let Gate { asks, closed } = &mut *gate;
+            asks.retain(|_, (ttl, at)| *at + *ttl > now);
+            for (key, (ttl, _)) in asks.iter() {
+                let until = now + *ttl;
+                let entry = closed.entry(key.clone()).or_insert(until);
+                *entry = (*entry).max(until);
+            }
+        }
         self.store.clear();
         self.changes.send_modify(|change| {
             change.generation += 1;
@@ -100,6 +160,7 @@ impl Backend for FaultyBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         Box::pin(async move {
             self.enter().await?;
+            self.admit(attempt.keys.key(), attempt.ttl)?;
             self.store.acquire(attempt).await
         })
     }
