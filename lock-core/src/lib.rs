@@ -106,6 +106,9 @@ mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod token;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 mod waiting;
 mod watchdog;
 
@@ -118,6 +121,10 @@ pub use global::set_global_client;
 pub use guard::LockGuard;
 pub use info::{Holder, LockInfo, LockKind};
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+/// The [redis](https://docs.rs/redis) crate leasehold is built on, so that
+/// an application names the same version (for
+/// [`LockClientBuilder::connect_with`]).
+pub use redis;
 pub use reentrancy::fencing_token;
 pub use request::LockRequest;
 
