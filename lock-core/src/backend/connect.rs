@@ -59,14 +59,15 @@ impl Address {
             redis::ConnectionAddr::Unix(path) => format!("unix://{}?db={db}", path.display()),
             other => other.to_string(),
         };
-        if let redis::ConnectionAddr::TcpTls { .. } = info.addr() {
-            if !cfg!(feature = "tls") {
-                return Err(LockError::invalid(
-                    "client",
-                    format!("`{shown}` needs TLS: enable leasehold's `tls` feature"),
-                ));
-            }
-            #[cfg(feature = "tls")]
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        if tls && !cfg!(feature = "tls") {
+            return Err(LockError::invalid(
+                "client",
+                format!("`{shown}` needs TLS: enable leasehold's `tls` feature"),
+            ));
+        }
+        #[cfg(feature = "tls")]
+        if tls {
             install_crypto_provider();
         }
         Ok(Address { info, shown })
