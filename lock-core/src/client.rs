@@ -795,9 +795,16 @@ impl LockClientBuilder {
         self.check()?;
         let address = Address::of_client(&client)?;
         #[cfg(feature = "tls")]
-        if self.settings.connect.tls.is_some() && !address.is_tls() {
+        if let Some(certs) = &self.settings.connect.tls
+            && !address.is_tls()
+        {
+            let name = if certs.root_cert.is_some() {
+                "tls_ca"
+            } else {
+                "tls_client_cert"
+            };
             return Err(LockError::invalid(
-                "tls_ca",
+                name,
                 format!(
                     "the client's server `{}` is not reached over TLS: the connection would not \
                      be encrypted and the certificates given would go unused; use a rediss:// client",
