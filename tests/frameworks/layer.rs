@@ -364,7 +364,9 @@ fn text(path: &str) -> Request<String> {
     Request::post(path).body(String::new()).expect("a request")
 }
 
-/// Calls of a `service_fn` that answers the request's fence, if any.
+/// Calls of a `service_fn` that answers the request's fence, if any; 500
+/// when `leasehold::fencing_token()` (the lock the task holds, as inside
+/// `LockRequest::run`) says otherwise.
 fn echo_fence(
     calls: Arc<AtomicUsize>,
 ) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
@@ -374,11 +376,16 @@ fn echo_fence(
     tower::service_fn(move |req: Request<String>| {
         calls.fetch_add(1, Ordering::SeqCst);
         let fence = req.extensions().get::<Fence>().map(|f| f.0);
+        let held = leasehold::fencing_token();
         async move {
-            Ok::<_, Infallible>(Response::new(match fence {
+            let mut response = Response::new(match fence {
                 Some(fence) => fence.to_string(),
                 None => "no fence".to_owned(),
-            }))
+            });
+            if held != fence {
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            Ok::<_, Infallible>(response)
         }
     })
 }
