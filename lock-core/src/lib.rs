@@ -81,7 +81,8 @@
 //! `redis/redlock/`, `memory`; `scripts/` with one `.lua` file and one typed
 //! function per operation; `connect`, `listener`, `wakeups`) → `config`,
 //! `limits`, `token`, `info`, `error` (leaves). Each module imports only modules to
-//! its right.
+//! its right. `tower` (feature `tower`, the per-request layer) sits left of
+//! `client`.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
