@@ -774,9 +774,8 @@ impl LockClientBuilder {
     /// Build the `redis::Client` with [`leasehold::redis`](crate::redis),
     /// the version leasehold is built on. A `rediss://` client needs
     /// leasehold's `tls` feature ([`LockError::InvalidArgument`] without
-    /// it); [`tls_ca`](Self::tls_ca) or
-    /// [`tls_client_cert`](Self::tls_client_cert), when given, replace the
-    /// client's own certificates. No password appears in errors or
+    /// it); `tls_ca` or `tls_client_cert` (feature `tls`), when given,
+    /// replace the client's own certificates. No password appears in errors or
     /// `Debug`.
     ///
     /// ```no_run
