@@ -80,6 +80,7 @@
 //! | `tls` | no | `rediss://` URLs, custom CAs and client certificates (rustls) |
 //! | `metrics` | no | counters, histograms and gauges through the `metrics` facade ([`observability`]) |
 //! | `testing` | no | `leasehold::testing`: the fault kit for your own tests |
+//! | `tower` | no | `leasehold::tower`: a layer that locks per request (axum, tonic, any tower service) |
 //!
 //! ## More
 //!
@@ -92,10 +93,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use leasehold_core::observability;
+pub use leasehold_core::redis;
 pub use leasehold_core::schedule;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use leasehold_core::testing;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use leasehold_core::tower;
 pub use leasehold_core::{
     DEFAULT_PREFIX, DEFAULT_TTL, Holder, LockClient, LockClientBuilder, LockError, LockFallback,
     LockGuard, LockInfo, LockKind, LockRequest, LostCause, MAX_TTL, MAX_WAIT, MIN_TTL, RwLock,

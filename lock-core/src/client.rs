@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::connect::Address;
 use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
@@ -760,6 +761,58 @@ impl LockClientBuilder {
     /// Connect to one Redis server (see [`LockClient::connect`]).
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.open(Target::Server(url.to_owned()), "connect").await
+    }
+
+    /// Connect to the server of a `redis::Client` the application already
+    /// has: its address, TLS settings (certificates included), user,
+    /// password and database are used as they are, so they are configured
+    /// once. Otherwise as [`connect`](Self::connect) (one server; the
+    /// builder's prefix, timeouts, `lazy` and so on apply). The lock client
+    /// opens connections of its own, speaking RESP3 whatever the given
+    /// client speaks; the given client is not used after this returns.
+    ///
+    /// Build the `redis::Client` with [`leasehold::redis`](crate::redis),
+    /// the version leasehold is built on. A `rediss://` client needs
+    /// leasehold's `tls` feature ([`LockError::InvalidArgument`] without
+    /// it); `tls_ca` or `tls_client_cert` (feature `tls`), when given,
+    /// replace the client's own certificates. No password appears in errors or
+    /// `Debug`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold_core::{LockClient, redis};
+    ///
+    /// // The application's own client, for its own commands.
+    /// let redis = redis::Client::open("redis://app:secret@10.0.0.5:6379/2")?;
+    /// // Locks on the same server, with the same credentials.
+    /// let locks = LockClient::builder().connect_with(redis.clone()).await?;
+    /// let guard = locks.lock("order:42").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_with(self, client: redis::Client) -> Result<LockClient, LockError> {
+        self.check()?;
+        let address = Address::of_client(&client)?;
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.settings.connect.tls
+            && !address.is_tls()
+        {
+            let name = if certs.root_cert.is_some() {
+                "tls_ca"
+            } else {
+                "tls_client_cert"
+            };
+            return Err(LockError::invalid(
+                name,
+                format!(
+                    "the client's server `{}` is not reached over TLS: the connection would not \
+                     be encrypted and the certificates given would go unused; use a rediss:// client",
+                    address.shown
+                ),
+            ));
+        }
+        self.open(Target::Client(Box::new(address)), "connect_with")
+            .await
     }
 
     /// Connect to independent masters (see [`LockClient::connect_redlock`]).

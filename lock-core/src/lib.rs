@@ -81,7 +81,8 @@
 //! `redis/redlock/`, `memory`; `scripts/` with one `.lua` file and one typed
 //! function per operation; `connect`, `listener`, `wakeups`) → `config`,
 //! `limits`, `token`, `info`, `error` (leaves). Each module imports only modules to
-//! its right.
+//! its right. `tower` (feature `tower`, the per-request layer) sits left of
+//! `client`.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -106,6 +107,9 @@ mod telemetry;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod token;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 mod waiting;
 mod watchdog;
 
@@ -118,6 +122,10 @@ pub use global::set_global_client;
 pub use guard::LockGuard;
 pub use info::{Holder, LockInfo, LockKind};
 pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
+/// The [redis](https://docs.rs/redis) crate leasehold is built on, so that
+/// an application names the same version (for
+/// [`LockClientBuilder::connect_with`]).
+pub use redis;
 pub use reentrancy::{fencing_token, fencing_token_of};
 pub use request::LockRequest;
 

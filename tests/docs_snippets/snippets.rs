@@ -76,8 +76,85 @@ Ok(())
 }
 }
 
-/// docs/operations.md:9
+/// docs/frameworks.md:19
 mod snippet_3 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use axum::extract::{Extension, Path};
+use axum::routing::post;
+use axum::Router;
+use leasehold::tower::{Fence, LockLayer};
+
+async fn pay(Path(id): Path<u64>, Extension(Fence(token)): Extension<Fence>) -> String {
+    // One request per order at a time, across every instance. Write with
+    // `token`, so that storage can refuse a holder that was too slow.
+    format!("order {id} paid under fencing token {token}")
+}
+
+async fn quote() -> &'static str {
+    "42"
+}
+
+let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+
+let orders = Router::new().route("/orders/{id}/pay", post(pay)).layer(
+    LockLayer::new(client.clone(), |req: &axum::http::Request<axum::body::Body>| {
+        let id = req.uri().path().strip_prefix("/orders/")?.split('/').next()?;
+        Some(format!("order:{id}")) // None: the request is not locked
+    })
+    .ttl(Duration::from_secs(10))
+    .renew(true)
+    .wait(Duration::from_secs(2)),
+);
+// A fixed key and 5 permits: at most 5 quotes at once.
+let partner = Router::new()
+    .route("/quote", post(quote))
+    .layer(LockLayer::semaphore(client, "partner-api", 5));
+let app: Router = orders.merge(partner);
+
+Ok(())
+}
+}
+
+/// docs/frameworks.md:95
+mod snippet_4 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+/// One call per gRPC method at a time, across every instance.
+fn method_key<B>(req: &axum::http::Request<B>) -> Option<String> {
+    let method = req.uri().path().strip_prefix('/')?;
+    Some(format!("grpc:{method}"))
+}
+
+Ok(())
+}
+}
+
+/// docs/frameworks.md:124
+mod snippet_5 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use leasehold::redis;
+
+// The client the application already has, for its own commands.
+let redis = redis::Client::open("redis://app:secret@10.0.0.5:6379/2")?;
+// Locks on the same server, with the same credentials, in the same database.
+let locks = LockClient::builder()
+    .prefix("billing:locks:")
+    .connect_with(redis.clone())
+    .await?;
+let guard = locks.lock("invoice:7").acquire().await?;
+guard.release().await?;
+
+Ok(())
+}
+}
+
+/// docs/operations.md:9
+mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -96,7 +173,7 @@ Ok(())
 }
 
 /// docs/recipes.md:8
-mod snippet_4 {
+mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -158,7 +235,7 @@ Ok(())
 }
 
 /// docs/recipes.md:91
-mod snippet_5 {
+mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -192,7 +269,7 @@ Ok(())
 }
 
 /// docs/recipes.md:143
-mod snippet_6 {
+mod snippet_9 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -221,7 +298,7 @@ Ok(())
 }
 
 /// docs/recipes.md:193
-mod snippet_7 {
+mod snippet_10 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -241,7 +318,7 @@ Ok(())
 }
 
 /// docs/recipes.md:215
-mod snippet_8 {
+mod snippet_11 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -282,7 +359,7 @@ Ok(())
 }
 
 /// docs/testing.md:27
-mod snippet_9 {
+mod snippet_12 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -314,7 +391,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_10 {
+mod snippet_13 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -333,7 +410,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_11 {
+mod snippet_14 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {

@@ -330,6 +330,52 @@ async fn certificates_with_a_plain_url_are_an_invalid_argument() {
         .expect("rediss:// with tls_ca connects");
 }
 
+/// `connect_with` over the application's own `redis::Client` built with
+/// its TLS certificates (a private CA, a client certificate the server
+/// demands): the lock client uses them as they are. Certificates given to
+/// the builder with a client that does not use TLS are refused.
+#[tokio::test]
+async fn connect_with_uses_the_redis_clients_own_certificates() {
+    use leasehold::redis;
+
+    let ca = Ca::new("leasehold connect_with CA");
+    let tls = TlsServer::start(&ca, true);
+    let (cert, key) = ca.leaf(&["leasehold-client"]);
+    let app = redis::Client::build_with_tls(
+        tls.url(),
+        redis::TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: cert.into_bytes(),
+                client_key: key.into_bytes(),
+            }),
+            root_cert: Some(ca.pem().into_bytes()),
+        },
+    )
+    .expect("the application's TLS client");
+    let locks = LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_with(app)
+        .await
+        .expect("connect_with over mutual TLS");
+    assert!(!format!("{locks:?}").contains(PASSWORD));
+    let guard = locks.lock("tls:existing").acquire().await.expect("acquire");
+    assert_eq!(tls.server.keys("leasehold:*lock").len(), 1);
+    guard.release().await.expect("release");
+
+    let plain = redis::Client::open(format!(
+        "redis://:{PASSWORD}@127.0.0.1:{}",
+        tls.server.port()
+    ))
+    .expect("a plain client");
+    match client_builder(&ca).connect_with(plain).await {
+        Err(LockError::InvalidArgument { name, reason }) => {
+            assert_eq!(name, "tls_ca", "{reason}");
+            assert!(!reason.contains(PASSWORD), "{reason}");
+        }
+        other => panic!("tls_ca with a plain client: {other:?}"),
+    }
+}
+
 /// Sentinel over TLS with a private CA: the sentinels are asked, and the
 /// primary reached, with the certificates given to the builder.
 #[cfg(feature = "sentinel")]

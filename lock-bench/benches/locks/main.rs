@@ -24,13 +24,13 @@ use std::time::Instant;
 use adapters::Kind;
 use marketplace::Variant;
 use report::{Check, Record, Row};
-use scenarios::{Ctx, Knobs, contention, family, market, reentry, renewal, throughput};
+use scenarios::{Ctx, Knobs, contention, family, layer, market, reentry, renewal, throughput};
 use support::RedisServer;
 
 #[global_allocator]
 static ALLOCATOR: stats::Counting = stats::Counting;
 
-const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S9]";
+const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S10]";
 
 struct Args {
     quick: bool,
@@ -187,6 +187,7 @@ fn main() {
     println!("{}", report::checks_text(&checks(&medians)));
     println!("{}", floor_text(&medians));
     println!("{}", family_text(&medians));
+    println!("{}", layer_text(&medians));
     let path = report::jsonl_path();
     match report::write_jsonl(&medians, &path, &server) {
         Ok(n) => println!("\nwrote {n} records to {}", path.display()),
@@ -384,6 +385,18 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
             }
             for &kind in &family_kinds {
                 log(family::rw(ctx, kind, rep).await, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S10") && kinds.contains(&Kind::Leasehold) {
+        for rep in 0..reps {
+            let mut variants = layer::Variant::ALL;
+            let n = variants.len();
+            variants.rotate_left(rep % n);
+            for variant in variants {
+                flush();
+                log(layer::s10(ctx, variant, rep).await, &mut rows);
             }
         }
         flush();
@@ -858,4 +871,31 @@ fn peers_text(rows: &[Row], scenario: &str, leasehold: f64) -> String {
             )
         })
         .collect()
+}
+
+/// S10: the layer's requests/s and allocations per request against the
+/// same handler taking the lock by hand.
+fn layer_text(rows: &[Row]) -> String {
+    let get = |imp: &str| report::find(rows, "S10 tower layer", imp);
+    let mut out =
+        String::from("\nThe tower layer (S10: axum through oneshot, 64 tasks, fresh keys)\n");
+    match (get("leasehold layer"), get("leasehold by hand")) {
+        (Some(layer), Some(hand)) => {
+            let allocs = |r: &Record| {
+                r.get_f64("allocs_per_request")
+                    .map_or_else(|| "?".to_owned(), |a| format!("{a:.1}"))
+            };
+            let _ = writeln!(
+                out,
+                "  layer {:.0} req/s, by hand {:.0} req/s: x {:.3}; allocations per request {} vs {}",
+                layer.ops_per_s,
+                hand.ops_per_s,
+                layer.ops_per_s / hand.ops_per_s,
+                allocs(layer),
+                allocs(hand)
+            );
+        }
+        _ => out.push_str("  not measured (needs S10 with leasehold)\n"),
+    }
+    out
 }

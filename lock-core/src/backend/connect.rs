@@ -45,6 +45,40 @@ impl Address {
         Ok(Address { info, shown })
     }
 
+    /// The address of an application's own redis-rs client: its connection
+    /// info as it is (host, TLS and its certificates, user, password,
+    /// database); messages show it as a URL without credentials.
+    pub(crate) fn of_client(client: &redis::Client) -> Result<Address, LockError> {
+        let info = client.get_connection_info().clone();
+        let db = info.redis_settings().db();
+        let shown = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/{db}"),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("rediss://{host}:{port}/{db}")
+            }
+            redis::ConnectionAddr::Unix(path) => format!("unix://{}?db={db}", path.display()),
+            other => other.to_string(),
+        };
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        if tls && !cfg!(feature = "tls") {
+            return Err(LockError::invalid(
+                "client",
+                format!("`{shown}` needs TLS: enable leasehold's `tls` feature"),
+            ));
+        }
+        #[cfg(feature = "tls")]
+        if tls {
+            install_crypto_provider();
+        }
+        Ok(Address { info, shown })
+    }
+
+    /// Whether connections to this address are encrypted.
+    #[cfg(feature = "tls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. })
+    }
+
     /// A redis-rs client for this address speaking RESP3 (push messages),
     /// with the custom TLS certificates of `settings` for `rediss://`.
     pub(crate) fn resp3_client(

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Backend;
-use super::connect::parse_all;
+use super::connect::{Address, parse_all};
 use super::redis::redlock::RedlockBackend;
 use super::redis::server::Server;
 use crate::config::{ConnectSettings, GateSettings};
@@ -15,6 +15,8 @@ use crate::error::LockError;
 pub(crate) enum Target {
     /// One server (or a replicated set's primary at a fixed address).
     Server(String),
+    /// One server, at the address of an application's redis-rs client.
+    Client(Box<Address>),
     /// Independent masters, by majority.
     Redlock(Vec<String>),
     /// A Redis Cluster, from the URLs of some of its nodes.
@@ -34,6 +36,7 @@ impl Target {
     pub(crate) fn urls(&self) -> &[String] {
         match self {
             Target::Server(url) => std::slice::from_ref(url),
+            Target::Client(_) => &[],
             Target::Redlock(urls) => urls,
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => urls,
@@ -47,6 +50,8 @@ impl Target {
     pub(crate) fn check(&self) -> Result<(), LockError> {
         let urls = match self {
             Target::Server(url) => std::slice::from_ref(url),
+            // Made from a client: nothing left to parse.
+            Target::Client(_) => return Ok(()),
             Target::Redlock(urls) => {
                 if urls.is_empty() {
                     return Err(LockError::invalid(
@@ -99,6 +104,7 @@ impl Target {
         };
         match self {
             Target::Server(url) => crate::error::redact_url(url),
+            Target::Client(address) => address.shown.clone(),
             Target::Redlock(urls) => format!("redlock {}", shown(urls)),
             #[cfg(feature = "cluster")]
             Target::Cluster(urls) => format!("cluster {}", shown(urls)),
@@ -137,9 +143,19 @@ impl Target {
     ) -> Result<Arc<dyn Backend>, LockError> {
         self.check()?;
         Ok(match self {
-            Target::Server(url) => {
-                Arc::new(Server::connect(url, settings, gate_settings, Arc::default()).await?)
-            }
+            Target::Server(url) => Arc::new(
+                Server::connect(
+                    Address::parse(url)?,
+                    settings,
+                    gate_settings,
+                    Arc::default(),
+                )
+                .await?,
+            ),
+            Target::Client(address) => Arc::new(
+                Server::connect((**address).clone(), settings, gate_settings, Arc::default())
+                    .await?,
+            ),
             Target::Redlock(urls) => {
                 Arc::new(RedlockBackend::connect(urls, settings, gate_settings).await?)
             }

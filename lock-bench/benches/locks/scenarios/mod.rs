@@ -1,8 +1,9 @@
-//! The scenarios S1–S9, grouped by what they measure, and what they share:
+//! The scenarios S1–S10, grouped by what they measure, and what they share:
 //! the run context and its knobs (quick or default).
 
 pub mod contention;
 pub mod family;
+pub mod layer;
 pub mod market;
 pub mod reentry;
 pub mod renewal;

@@ -42,12 +42,12 @@ impl Server {
     /// evicting, its identity) within the connect timeout; release
     /// announcements go to `wakeups`.
     pub(crate) async fn connect(
-        url: &str,
+        address: Address,
         settings: &ConnectSettings,
         gate_settings: GateSettings,
         wakeups: Arc<Wakeups>,
     ) -> Result<ServerBackend, LockError> {
-        let backend = Server::connect_lazy(url, settings, gate_settings, wakeups)?;
+        let backend = Server::lazy_at(address, settings, gate_settings, wakeups)?;
         match tokio::time::timeout(settings.connect_timeout, backend.verify_now()).await {
             Ok(checked) => checked.map(|()| backend),
             Err(_) => Err(LockError::backend(
@@ -66,7 +66,16 @@ impl Server {
         gate_settings: GateSettings,
         wakeups: Arc<Wakeups>,
     ) -> Result<ServerBackend, LockError> {
-        let address = Address::parse(url)?;
+        Server::lazy_at(Address::parse(url)?, settings, gate_settings, wakeups)
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) to a parsed address.
+    fn lazy_at(
+        address: Address,
+        settings: &ConnectSettings,
+        gate_settings: GateSettings,
+        wakeups: Arc<Wakeups>,
+    ) -> Result<ServerBackend, LockError> {
         let gate = Arc::new(Gate::new(&address.shown, gate_settings));
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let conn = ConnectionManager::new_lazy_with_config(

@@ -1,0 +1,16 @@
+//! leasehold where applications already are, against real `redis-server`
+//! processes:
+//!
+//! - `layer`: `leasehold::tower::LockLayer` in front of axum's `Router` and
+//!   of a plain `tower::service_fn`, driven with `ServiceExt::oneshot`:
+//!   exclusion per key, semaphores, the status of every refusal, a lease
+//!   lost mid-request, fencing tokens, requests passed through unlocked,
+//!   and the inner service's backpressure.
+//! - `existing_client`: `LockClientBuilder::connect_with` over an
+//!   application's own `redis::Client` (password, database).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod existing_client;
+mod layer;
