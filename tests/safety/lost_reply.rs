@@ -207,3 +207,63 @@ async fn a_resent_release_of_someone_elses_lock_stays_not_held() {
     assert!(exists(&server, &lock_name("expired-first")));
     theirs.release().await.expect("the other owner releases");
 }
+
+/// The fast acquisition's reply is lost after it took the lock; another
+/// client then joins the line; then the resend goes: it must report the
+/// first attempt's grant (the lock is the caller's), not `Busy` — and the
+/// waiter, who came after, is served at the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_a_lost_grant_reports_it_despite_a_later_waiter() {
+    use crate::support::{FaultProxy, ProxyMode};
+    let server = crate::support::RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let a = LockClient::connect(&proxy.url()).await.expect("connect A");
+    let b = connect(&server).await;
+    warm_up(&a).await;
+    warm_up(&b).await;
+    let ttl = Duration::from_secs(10);
+    proxy.set_mode(ProxyMode::LoseNextReplyThenHold);
+    let a_task = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("lost-grant").ttl(ttl).acquire().await }
+    });
+    let lock = lock_name("lost-grant");
+    assert!(
+        eventually(Duration::from_secs(5), || exists(&server, &lock)
+            && proxy.mode() == ProxyMode::Blackhole)
+        .await,
+        "A's first attempt took the lock and its reply was lost"
+    );
+    let b_task = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock("lost-grant")
+                .ttl(ttl)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let line = line_name("lost-grant");
+    assert!(
+        eventually(Duration::from_secs(5), || exists(&server, &line)).await,
+        "B waits in line"
+    );
+    proxy.set_mode(ProxyMode::Pass);
+    let a_guard = tokio::time::timeout(Duration::from_secs(10), a_task)
+        .await
+        .expect("A answers")
+        .expect("task")
+        .expect("A's first attempt granted the lock: the resend reports it");
+    assert!(a_guard.is_held());
+    assert!(!b_task.is_finished(), "B got the lock while A holds it");
+    let fence = a_guard.fencing_token();
+    a_guard.release().await.expect("A releases");
+    let b_guard = tokio::time::timeout(Duration::from_secs(5), b_task)
+        .await
+        .expect("B served at A's release")
+        .expect("task")
+        .expect("B acquires");
+    assert!(b_guard.fencing_token() > fence);
+    b_guard.release().await.expect("B releases");
+}

@@ -46,6 +46,9 @@ pub enum ProxyMode {
     /// Forward requests; drop the next reply and reset its connection, then
     /// pass again.
     LoseNextReply,
+    /// As `LoseNextReply`, then `Blackhole` (the client's resend waits until
+    /// the test passes traffic again).
+    LoseNextReplyThenHold,
 }
 
 struct Shared {
@@ -258,9 +261,16 @@ fn pump(
         }
         if replies {
             let mut mode = shared.mode.lock().unwrap_or_else(|e| e.into_inner());
-            if *mode == ProxyMode::LoseNextReply {
+            if matches!(
+                *mode,
+                ProxyMode::LoseNextReply | ProxyMode::LoseNextReplyThenHold
+            ) {
                 // The reply goes nowhere; the client sees its connection reset.
-                *mode = ProxyMode::Pass;
+                *mode = if *mode == ProxyMode::LoseNextReply {
+                    ProxyMode::Pass
+                } else {
+                    ProxyMode::Blackhole
+                };
                 drop(mode);
                 reset(&from);
                 reset(&to);

@@ -412,8 +412,10 @@ impl<T: Topology> RedisBackend<T> {
         let result = match first {
             Ok(Some(scripts::fast::Fast::Yes { fence })) => Ok(Acquired::Yes { fence }),
             Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
-            Ok(Some(scripts::fast::Fast::Resolve)) => self.attempt_script(con, attempt, true).await,
-            Ok(None) => self.attempt_script(con, attempt, false).await,
+            Ok(Some(scripts::fast::Fast::Resolve)) => {
+                self.attempt_script(con, attempt, true, false).await
+            }
+            Ok(None) => self.attempt_script(con, attempt, false, false).await,
             Err(e) => Err(e),
         };
         self.settle(attempt, result, connection).await
@@ -436,7 +438,12 @@ impl<T: Topology> RedisBackend<T> {
         }
         self.admit(keys, ttl).await?;
         let result = self
-            .attempt_script(self.topology.connection(), attempt, attempt.after_fast)
+            .attempt_script(
+                self.topology.connection(),
+                attempt,
+                attempt.after_fast,
+                false,
+            )
             .await;
         self.settle(attempt, result, connection).await
     }
@@ -449,6 +456,7 @@ impl<T: Topology> RedisBackend<T> {
         mut con: T::Conn,
         attempt: Attempt<'_>,
         claimed: bool,
+        resent: bool,
     ) -> Result<Acquired, ScriptError> {
         let (keys, token, ttl, in_line) = attempt.parts();
         if keys.kind.is_shared() {
@@ -465,7 +473,7 @@ impl<T: Topology> RedisBackend<T> {
                 .lock_all_attempt(&mut con, all, token, ttl, in_line)
                 .await;
         }
-        let claimed = claimed.then_some(self.topology.publish());
+        let claimed = claimed.then_some((self.topology.publish(), resent));
         let at = scripts::Placed {
             in_line,
             sent_us: Some(attempt.sent_us),
@@ -492,8 +500,9 @@ impl<T: Topology> RedisBackend<T> {
                 self.gate.unverify();
                 self.verify(keys).await?;
                 self.admit(keys, ttl).await?;
+                // A resend: its first attempt's grant is the caller's.
                 let claimed = attempt.fast || attempt.after_fast;
-                self.attempt_script(self.topology.connection(), attempt, claimed)
+                self.attempt_script(self.topology.connection(), attempt, claimed, true)
                     .await
             }
             other => other,

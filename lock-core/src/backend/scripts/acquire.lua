@@ -32,6 +32,7 @@
 --          token while its grant record (KEYS[4]) says 'granted' was
 --          handed to it by a release, not taken by a fast SET: it is kept,
 --          and recognised as the caller's below.
+--          '2': resent mode, the same after a lost reply (see below)
 -- ARGV[7]  (claimed mode) the lock's release channel
 -- ARGV[8]  (claimed mode) the publish command: PUBLISH or SPUBLISH
 -- ARGV[9]  (optional, in line) this attempt's name: when its client sent
@@ -82,16 +83,39 @@ local token = ARGV[1]
 local clock
 
 -- Claimed mode: the caller's fast SET is taken back, to be decided again.
+-- Resent mode (ARGV[6] = '2'): the call is sent again after the reply to
+-- an attempt (fast or claimed) was lost; the caller's key may be that
+-- attempt's grant, which the caller must be told of (a resend reports what
+-- its first attempt did). It was one unless someone stood in line before
+-- it was set: the first in line last looked (its '~' field names when)
+-- after the key was set (its lease less its PTTL ago), or nobody waits.
 local seen = false -- a waiter marked the caller's key: it sleeps on its lease
-if ARGV[6] == '1' then
+local resumed = false -- the caller's key was its first attempt's grant
+if ARGV[6] == '1' or ARGV[6] == '2' then
   local mine = redis.pcall('GET', KEYS[1])
   local marked = type(mine) == 'string' and string.byte(mine, 1) == 43
   if marked then
     mine = string.sub(mine, 2)
   end
   if mine == token and redis.pcall('HGET', KEYS[4], '~' .. token) ~= 'granted' then
+    if ARGV[6] == '2' then
+      local first = redis.pcall('LINDEX', KEYS[3], '0')
+      if not first or first == token then
+        resumed = true
+      elseif type(first) == 'string' then
+        local field = redis.pcall('HGET', KEYS[4], '~' .. first)
+        local looked = type(field) == 'string'
+          and tonumber(string.match(field, '^%d+:%d+:(%d+):') or '')
+        local left = redis.call('PTTL', KEYS[1])
+        if looked and left > 0 then
+          local t = redis.call('TIME')
+          local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+          resumed = looked >= now - (tonumber(ARGV[2]) - left)
+        end
+      end
+    end
     redis.call('DEL', KEYS[1])
-    seen = marked
+    seen = marked and not resumed
   end
 end
 

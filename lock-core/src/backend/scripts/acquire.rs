@@ -39,7 +39,9 @@ pub(crate) struct Placed {
 /// above the last one and at least `fence_floor` (`None`: the server clock
 /// in µs). With `claimed` (the publish command), the call follows a fast
 /// acquisition ([`super::fast`]) that may have taken the lock already: that
-/// key is taken back and the call decides as if it had not been there.
+/// key is taken back and the call decides as if it had not been there; or,
+/// `resent`, it is sent again after an attempt's reply was lost, and a key
+/// that was that attempt's grant stays the caller's.
 pub(crate) async fn acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
@@ -47,7 +49,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
     ttl: Duration,
     placed: Placed,
     fence_floor: Option<u64>,
-    claimed: Option<&str>,
+    claimed: Option<(&str, bool)>,
 ) -> Result<Acquired, ScriptError> {
     let in_line = placed.in_line;
     let sent_us = placed.sent_us.filter(|_| in_line);
@@ -61,8 +63,11 @@ pub(crate) async fn acquire<C: ConnectionLike>(
         .arg(millis(ttl + FENCE_MEMORY))
         .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
         .arg(fence_floor.unwrap_or(0));
-    if let Some(publish) = claimed {
-        cmd.arg(1).arg(keys.channel()).arg(publish);
+    if let Some((publish, resent)) = claimed {
+        // '2': a resend after a lost reply (see acquire.lua).
+        cmd.arg(if resent { 2 } else { 1 })
+            .arg(keys.channel())
+            .arg(publish);
     } else if in_line {
         cmd.arg(0).arg("").arg("");
     }

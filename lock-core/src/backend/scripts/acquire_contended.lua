@@ -1,8 +1,8 @@
 -- The rest of acquire.lua (see its comment for KEYS, ARGV and replies),
 -- run after typed.lua and marker.lua: reached when the lock was taken but
 -- someone may wait in line, or when it was not free. Its locals `token`,
--- `clock`, `seen`, `taken`, `floor`, `last`, `lined` and `fence` come from
--- acquire.lua.
+-- `clock`, `seen`, `resumed`, `taken`, `floor`, `last`, `lined` and
+-- `fence` come from acquire.lua.
 
 local function now_ms()
   if not clock then
@@ -64,7 +64,7 @@ end
 if taken then
   -- Someone may wait in line: the lock is ours only if nobody waits
   -- before us.
-  if line_head() and head ~= token then
+  if line_head() and head ~= token and (type(head) == 'table' or not resumed) then
     -- Undo our writes (the counter goes back as it was).
     redis.call('DEL', KEYS[1])
     if type(head) == 'table' then
@@ -91,7 +91,8 @@ if taken then
       redis.call(ARGV[8], ARGV[7], 'again:' .. head)
     end
   else
-    if head then
+    -- (Resumed, another may be first: its place stays.)
+    if head == token then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token, '~' .. token)
     end
