@@ -8,10 +8,11 @@ use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
-use crate::family::{RwLock, Shape, sorted_keys};
 use crate::info::{Holder, LockInfo, LockKind};
 use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
 use crate::request::{LockRequest, Shared};
+use crate::rw_lock::RwLock;
+use crate::shape::{Shape, sorted_keys};
 use crate::watchdog::Watchdog;
 
 /// A handle to a lock backend: one Redis server, a Redis Cluster, a set of
@@ -722,9 +723,13 @@ impl LockClientBuilder {
         target.check()?;
         self.check_tls_urls(target.urls())?;
         require_runtime(operation)?;
-        let backend = target
-            .start(&self.settings.connect, self.settings.gate, self.lazy)
-            .await?;
+        let backend = crate::backend::lazy::start(
+            target,
+            &self.settings.connect,
+            self.settings.gate,
+            self.lazy,
+        )
+        .await?;
         Ok(LockClient::from_backend(backend, &self))
     }
 

@@ -92,7 +92,6 @@ mod client;
 mod config;
 mod error;
 mod fallback;
-mod family;
 mod global;
 mod guard;
 mod info;
@@ -101,7 +100,9 @@ mod limits;
 pub mod observability;
 mod reentrancy;
 mod request;
+mod rw_lock;
 pub mod schedule;
+mod shape;
 mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -117,7 +118,6 @@ pub use client::{LockClient, LockClientBuilder};
 pub use config::DEFAULT_PREFIX;
 pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
-pub use family::RwLock;
 pub use global::set_global_client;
 pub use guard::LockGuard;
 pub use info::{Holder, LockInfo, LockKind};
@@ -128,6 +128,7 @@ pub use limits::{DEFAULT_TTL, MAX_KEY_LEN, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use redis;
 pub use reentrancy::{fencing_token, fencing_token_of};
 pub use request::LockRequest;
+pub use rw_lock::RwLock;
 
 /// Items used by the code `#[distributed_lock]` generates, by the
 /// workspace's benchmark and by the protocol model's conformance test

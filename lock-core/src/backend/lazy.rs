@@ -41,6 +41,23 @@ pub(crate) struct LazyBackend {
     changes: watch::Sender<ServerChange>,
 }
 
+/// The backend of `target`: connected and checked now, or (`lazy`)
+/// connecting in the background, every call before it answers an
+/// unavailable-class error.
+pub(crate) async fn start(
+    target: Target,
+    settings: &ConnectSettings,
+    gate_settings: GateSettings,
+    lazy: bool,
+) -> Result<Arc<dyn Backend>, LockError> {
+    if lazy {
+        let started: Arc<dyn Backend> =
+            LazyBackend::start(target, settings.clone(), gate_settings)?;
+        return Ok(started);
+    }
+    target.open(settings, gate_settings).await
+}
+
 impl LazyBackend {
     /// Start connecting to `target` in the background (its URLs were
     /// checked). Needs a tokio runtime.

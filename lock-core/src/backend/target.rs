@@ -116,23 +116,6 @@ impl Target {
         }
     }
 
-    /// The backend of this target: connected and checked now, or (`lazy`)
-    /// connecting in the background, every call before it answers an
-    /// unavailable-class error (see `lazy.rs`).
-    pub(crate) async fn start(
-        self,
-        settings: &ConnectSettings,
-        gate_settings: GateSettings,
-        lazy: bool,
-    ) -> Result<Arc<dyn Backend>, LockError> {
-        if lazy {
-            let started: Arc<dyn Backend> =
-                super::lazy::LazyBackend::start(self, settings.clone(), gate_settings)?;
-            return Ok(started);
-        }
-        self.open(settings, gate_settings).await
-    }
-
     /// Connect, and check the server(s) within the connect timeout. What
     /// [`check`](Self::check) refuses is refused here too, before any
     /// connection: the backends take the target as checked.
