@@ -23,6 +23,7 @@ pub mod fair;
 pub mod family;
 pub mod protocol;
 pub mod scripts;
+mod steps;
 
 use std::time::{Duration, Instant};
 

@@ -97,8 +97,9 @@ pub struct Server {
     /// records); the hash is no key when both are empty.
     pub leases: Vec<(Tok, Lease)>,
     pub places_exp: Option<Exp>,
-    /// The survival mark (`P{K}:survived`), gone at this tick.
-    pub survived: Option<Time>,
+    /// The survival mark (`P{K}:survived`), gone at this tick, and its
+    /// value: the server epoch (`run_id`) its writer knew.
+    pub survived: Option<(Time, u8)>,
 }
 
 /// What acquire.lua answered.
@@ -179,7 +180,7 @@ impl Server {
             self.leases.clear();
             self.places_exp = None;
         }
-        if self.survived.is_some_and(|t| t <= now) {
+        if self.survived.is_some_and(|(t, _)| t <= now) {
             self.survived = None;
         }
     }
@@ -495,13 +496,13 @@ impl Server {
     }
 
     /// release.lua with keep 0 and announcements to the line only;
-    /// `mark`: the survival mark's life (`KEYS[5]`, `ARGV[6]`); `floor`:
-    /// the server clock (a handoff's fence floor).
+    /// `mark`: the survival mark's life and value (`KEYS[5]`, `ARGV[6]`,
+    /// `ARGV[7]`); `floor`: the server clock (a handoff's fence floor).
     pub fn release(
         &mut self,
         token: Tok,
         now: Time,
-        mark: Option<Time>,
+        mark: Option<(Time, u8)>,
         floor: u32,
     ) -> (RelReply, Effects) {
         let mut effects = Effects::default();
@@ -509,8 +510,8 @@ impl Server {
             return (RelReply::NotOurs, effects);
         };
         self.lock = None;
-        if let Some(life) = mark {
-            self.survived = Some(now + life.max(1));
+        if let Some((life, epoch)) = mark {
+            self.survived = Some((now + life.max(1), epoch));
         }
         if l.marked
             && let Some(granted) = self.hand_on(now, floor)

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use leasehold::__private::{ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
-use leasehold_model::protocol::{FastStep, Flight, Phase};
+use leasehold_model::protocol::{FastStep, Flight, Phase, survival_shown};
 use leasehold_model::scripts::{
     AcqReply, Exp, FastReply, GRACE, LEASE, Lease, RelReply, Server, SetNx, Tok,
 };
@@ -50,6 +50,12 @@ const PLACES: &str = "leasehold:{model}:places";
 const SURVIVED: &str = "leasehold:{model}:survived";
 const CHANNEL: &str = "leasehold:{model}:released";
 const KEYS: [&str; 5] = [LOCK, FENCE, LINE, PLACES, SURVIVED];
+
+/// A survival mark's value for the model's server epoch (as the client
+/// writes the tag of the `run_id` it knows).
+fn tag(epoch: u8) -> String {
+    format!("{epoch:016x}")
+}
 
 /// The owner token of a model token: 32 hex digits, ':' and a name, as
 /// lock-core's tokens.
@@ -417,7 +423,7 @@ impl Replay<'_> {
         let pttl = self.pttl(SURVIVED);
         match s.survived {
             None => assert_eq!(pttl, -2, "{step}: no survival mark in the model"),
-            Some(t) => self.expiry(
+            Some((t, _)) => self.expiry(
                 &format!("{step}: survival mark"),
                 pttl,
                 Some(Exp::At(t)),
@@ -648,7 +654,7 @@ impl Replay<'_> {
                         assert_eq!(real, vec![i64::from(model)], "{step}: renew");
                     }
                     Phase::Releasing { .. } => {
-                        let mark = cl.gate.mark.filter(|&m| m > now).map(|m| m - now);
+                        let mark = cl.release_mark(now);
                         let script = Script::new(RELEASE_SOURCE);
                         let mut call = script.prepare_invoke();
                         if mark.is_none() && c % 2 == 0 {
@@ -663,8 +669,8 @@ impl Replay<'_> {
                                 call.key(SURVIVED);
                             }
                             call.arg(token(t)).arg(0).arg(CHANNEL).arg("PUBLISH").arg(0);
-                            if let Some(m) = mark {
-                                call.arg(i64::from(m.max(1)) * TICK_MS);
+                            if let Some((m, epoch)) = mark {
+                                call.arg(i64::from(m.max(1)) * TICK_MS).arg(tag(epoch));
                             }
                         }
                         let real: Value = call.invoke(self.con).expect("release.lua");
@@ -734,9 +740,12 @@ impl Replay<'_> {
                 }
             }
             Action::Start(..) | Action::Wake(_) | Action::Retry(_) | Action::TakeGrant(_) => {
-                // The gate asks `EXISTS lock survived` of a closed key.
-                let model = before.server.lock.is_some() || before.server.survived.is_some();
-                let real = int(&cmd(self.con, &["EXISTS", LOCK, SURVIVED])) > 0;
+                // The gate asks `EXISTS lock` and `GET survived` of a closed
+                // key: a mark is evidence only when it names this epoch.
+                let model = survival_shown(&before.server, before.epoch);
+                let marked = text(&cmd(self.con, &["GET", SURVIVED]));
+                let real = int(&cmd(self.con, &["EXISTS", LOCK])) > 0
+                    || marked.as_deref() == Some(tag(before.epoch).as_str());
                 assert_eq!(real, model, "{step}: survival evidence (EXISTS)");
             }
             Action::SeeChange(c) => {
