@@ -9,7 +9,7 @@ use std::time::Duration;
 /// messages never contain a password: server addresses are shown redacted.
 ///
 /// ```
-/// use leasehold_core::LockError;
+/// use leasehold::LockError;
 ///
 /// let err = LockError::Busy { key: "order:42".into() };
 /// assert_eq!(err.to_string(), "lock `order:42` is held by another owner");
@@ -260,7 +260,7 @@ impl LockError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use leasehold_core::LockError;
+    /// use leasehold::LockError;
     ///
     /// let err = LockError::Unavailable {
     ///     key: Some("order:42".into()),
@@ -285,7 +285,7 @@ impl LockError {
     /// ([`LockError::Misconfigured`]). An HTTP service answers 500 and someone fixes the setup.
     ///
     /// ```
-    /// use leasehold_core::LockError;
+    /// use leasehold::LockError;
     ///
     /// let err = LockError::Misconfigured {
     ///     server: "redis://:***@10.0.0.5:6379".into(),
