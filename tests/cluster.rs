@@ -410,7 +410,7 @@ mod with_the_attribute {
     }
 }
 
-/// Issue 22, item 6: a release while the lock's slot is stuck half-migrated
+/// A release while the lock's slot is stuck half-migrated
 /// (the lock key already on the target, the line not: every multi-key
 /// script answers `TRYAGAIN`) returns at once instead of blocking for the
 /// rest of the lease, and keeps trying in the background: the lock is free
