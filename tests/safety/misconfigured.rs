@@ -195,6 +195,21 @@ async fn a_port_that_does_not_speak_redis_is_a_misconfiguration() {
         );
         assert!(!text.contains('\n'), "{what}: one line: {text}");
     }
+
+    // The same port as a Cluster client's seed is the same mistake.
+    let port = not_redis("");
+    let seed = format!("redis://:{PASSWORD}@127.0.0.1:{port}");
+    match LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_cluster([seed])
+        .await
+    {
+        Err(err) => {
+            let text = assert_misconfigured("cluster seed on an HTTP port", &err);
+            assert!(text.contains("wrong port?"), "{text}");
+        }
+        Ok(_) => panic!("a cluster client connected to an HTTP server"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,9 +265,12 @@ pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
 fn misconfiguration(server: &str, err: &RedisError) -> Option<String> {
     let text = err.to_string();
     let code = err.code().unwrap_or_default();
-    let message = if err.kind() == redis::ErrorKind::Parse {
+    let message = if err.kind() == redis::ErrorKind::Parse
+        || text.contains("Incompatible type - Parse error")
+    {
         // The peer answered with bytes that are no Redis reply at all (an
-        // HTTP server, an SSH banner): another service listens there.
+        // HTTP server, an SSH banner): another service listens there. (The
+        // Cluster client wraps the parse error in its own, hence the text.)
         not_redis(server)
     } else if text.contains("InvalidContentType") {
         // rustls got bytes that are no TLS record in place of the handshake.
