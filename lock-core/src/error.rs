@@ -87,8 +87,10 @@ pub enum LockError {
     /// wrong password or user name (`WRONGPASS`), no password for a server
     /// that requires one (`NOAUTH`), a database the server does not have
     /// (`/99`), a user the ACL does not allow a command leasehold needs
-    /// (`NOPERM`), a TLS certificate not trusted, or a client certificate
-    /// missing. `server` names the server without any password, and
+    /// (`NOPERM`), a TLS certificate not trusted, a client certificate
+    /// missing, a port where something other than Redis answers, or a
+    /// `rediss://` URL for a server that answers plain text. `server` names
+    /// the server without any password, and
     /// `message` says what to change.
     #[error("redis setup error on {server}{}: {message}", key_suffix(.key))]
     Misconfigured {
