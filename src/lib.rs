@@ -61,10 +61,13 @@
 //!
 //! ## What a lease guarantees, and what it does not
 //!
-//! See the README's table of guarantees and the topology guide
-//! (`docs/topologies.md` in the repository). In short:
+//! See the [README's table of guarantees](https://github.com/leasehold-rs/leasehold/blob/main/README.md)
+//! and the [topology guide](https://github.com/leasehold-rs/leasehold/blob/main/docs/topologies.md).
+//! In short:
 //! only the owner (a 128-bit random token) can extend or release; every
-//! check-then-act is one Lua script; a guard knows its validity deadline and
+//! check-then-act is one atomic step on the server (a Lua script, or a
+//! native conditional command or `MULTI`/`EXEC` where the server has one
+//! that keeps every guarantee); a guard knows its validity deadline and
 //! reports loss ([`LockGuard::is_held`], [`LockGuard::lost`]); a task
 //! re-entering a lock it holds costs no round trip; waiters are woken by the
 //! release, not by polling; and [`LockGuard::fencing_token`] lets a storage
@@ -84,11 +87,24 @@
 //!
 //! ## More
 //!
-//! The repository's `docs/` folder has one page per topic: recipes (an
-//! axum handler, scheduled jobs), choosing a topology, reliability (the
-//! fault suite), operations (`inspect`, `list`, `force_release`, the
-//! `leasehold` command), observability, testing your code with the fault
-//! kit, how it works, and performance.
+//! The [README] starts with a tour and the guarantees table; the
+//! repository's [`docs/`] folder has one page per topic: [recipes] (an
+//! axum handler, scheduled jobs), [choosing a topology][topologies],
+//! [reliability] (the fault suite), [operations] (`inspect`, `list`,
+//! `force_release`, the `leasehold` command), [observability], [testing
+//! your code with the fault kit][testing], [how it works], and
+//! [performance].
+//!
+//! [README]: https://github.com/leasehold-rs/leasehold/blob/main/README.md
+//! [`docs/`]: https://github.com/leasehold-rs/leasehold/tree/main/docs
+//! [recipes]: https://github.com/leasehold-rs/leasehold/blob/main/docs/recipes.md
+//! [topologies]: https://github.com/leasehold-rs/leasehold/blob/main/docs/topologies.md
+//! [reliability]: https://github.com/leasehold-rs/leasehold/blob/main/docs/reliability.md
+//! [operations]: https://github.com/leasehold-rs/leasehold/blob/main/docs/operations.md
+//! [observability]: https://github.com/leasehold-rs/leasehold/blob/main/docs/observability.md
+//! [testing]: https://github.com/leasehold-rs/leasehold/blob/main/docs/testing.md
+//! [how it works]: https://github.com/leasehold-rs/leasehold/blob/main/docs/how-it-works.md
+//! [performance]: https://github.com/leasehold-rs/leasehold/blob/main/docs/performance.md
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

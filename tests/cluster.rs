@@ -410,7 +410,7 @@ mod with_the_attribute {
     }
 }
 
-/// Issue 22, item 6: a release while the lock's slot is stuck half-migrated
+/// A release while the lock's slot is stuck half-migrated
 /// (the lock key already on the target, the line not: every multi-key
 /// script answers `TRYAGAIN`) returns at once instead of blocking for the
 /// rest of the lease, and keeps trying in the background: the lock is free
@@ -482,4 +482,92 @@ async fn a_release_during_a_stuck_migration_returns_and_lands_when_the_slot_sett
         "cluster/stuck migration: release returned in {took:?}, landed {:?} after the slot settled",
         settled.elapsed()
     );
+}
+
+/// Sends SIGCONT to a stopped node when dropped, so a failing assertion
+/// never leaves a `redis-server` stopped.
+struct Thaw(u32);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        support::thaw_process(self.0);
+    }
+}
+
+/// A `lock_all` spanning two masters gives every key back at once: with the
+/// master of the first key stopped (SIGSTOP), a waiter for the key on a
+/// healthy master is served within a couple of seconds of the release, not
+/// after the stalled key's response timeout and retries; the release
+/// reports the stalled key's failure once both keys were tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_release_is_not_held_up_by_a_stopped_master() {
+    let cluster = start_cluster().await;
+    for node in cluster.nodes() {
+        // The healthy masters keep serving their slots while one is down.
+        node.cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let (holder, waiter_client) = (client(&cluster).await, client(&cluster).await);
+    let first = key_in_slot(slot_of("all-a"), "all-a");
+    let stalled_node = cluster.node_for_slot(slot_of(&first));
+    let second = (0..)
+        .map(|n| format!("all-b-{n}"))
+        .find(|key| cluster.node_for_slot(slot_of(key)) != stalled_node)
+        .expect("a key on another master");
+    assert!(first < second, "the stalled key comes first in every order");
+
+    let held = holder
+        .lock_all([first.clone(), second.clone()])
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("lock_all across two masters");
+    let waiter = {
+        let second = second.clone();
+        tokio::spawn(async move {
+            let guard = waiter_client
+                .lock(&second)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let pid = cluster.nodes()[stalled_node].pid().expect("the node runs");
+    support::freeze_process(pid);
+    let thaw = Thaw(pid);
+    let started = Instant::now();
+    let release = tokio::spawn(async move { (held.release().await, Instant::now()) });
+
+    let (guard, served) = waiter.await.expect("waiter task");
+    let guard = guard.expect("the key on the healthy master is given back and granted");
+    let served_after = served - started;
+    // The lease had 60 s left and the stalled call's timeout is 2 s with
+    // retries: being served this soon means the healthy key did not wait.
+    assert!(
+        served_after < Duration::from_secs(2),
+        "the waiter on a healthy master was served {served_after:?} after the release began"
+    );
+    let (released, returned) = release.await.expect("release task");
+    println!(
+        "cluster/lock_all with a stopped master: waiter served after {served_after:?}, \
+         release returned after {:?} ({released:?})",
+        returned - started,
+    );
+    guard.release().await.expect("the waiter releases its key");
+
+    // Resumed, the stalled master gets its key back too (the lease had
+    // 60 s left): the release kept going past the key that failed.
+    drop(thaw);
+    let resumed = Instant::now();
+    let lock = lock_name(&first);
+    while exists_on(&cluster, stalled_node, &lock) {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(20),
+            "the stalled key was still held {:?} after its master resumed",
+            resumed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

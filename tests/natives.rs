@@ -1,4 +1,4 @@
-//! Native conditional commands (issue 24, SPEC "Servers"): the client reads
+//! Native conditional commands: the client reads
 //! what the server offers from its `INFO` and uses `DELIFEQ` (Valkey ≥ 9.0)
 //! or `DELEX … IFEQ` (Redis ≥ 8.4) and `SET … IFEQ` (Valkey ≥ 8.1, Redis ≥
 //! 8.4) where they keep every guarantee; every other case goes to the Lua

@@ -433,7 +433,7 @@ async fn redlock_inspect_shows_the_majoritys_fence_not_a_late_masters() {
     guard.release().await.expect("release");
 }
 
-/// Issue 22, item 4: keys that match the pattern but are not leasehold
+/// Keys that match the pattern but are not leasehold
 /// locks (a hash at a lock's name, a stray value in a fence key, a plain
 /// string written by something else, without expiry) are left out of
 /// `list`, which still shows every real lock; `inspect` of such a key says

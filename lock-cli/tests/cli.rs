@@ -102,7 +102,7 @@ async fn list_shows_the_matching_held_locks() {
     assert!(stdout(&out).contains("no held locks"));
 }
 
-/// Issue 22, item 4: a matching key that is not a leasehold lock (a hash at
+/// A matching key that is not a leasehold lock (a hash at
 /// a lock's name, a string another program wrote without expiry) does not
 /// break `list`: the real locks are shown, the stray keys are not (neither
 /// as a failure nor as a holder with 0 s left).

@@ -30,8 +30,8 @@ use crate::watchdog::Watchdog;
 /// Redis client panic. A client is tied to the runtime it connected in.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), leasehold_core::LockError> {
-/// use leasehold_core::LockClient;
+/// # async fn demo() -> Result<(), leasehold::LockError> {
+/// use leasehold::LockClient;
 /// use std::time::Duration;
 ///
 /// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
@@ -126,8 +126,8 @@ impl LockClient {
     /// primary.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
-    /// use leasehold_core::LockClient;
+    /// # async fn demo() -> Result<(), leasehold::LockError> {
+    /// use leasehold::LockClient;
     /// use std::time::Duration;
     ///
     /// let client = LockClient::connect_sentinel(
@@ -199,9 +199,9 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// # async fn main() -> Result<(), leasehold::LockError> {
     /// use std::time::Duration;
-    /// let client = leasehold_core::LockClient::in_memory();
+    /// let client = leasehold::LockClient::in_memory();
     /// let one = client.semaphore("partner-api:doc", 2).acquire().await?;
     /// let two = client.semaphore("partner-api:doc", 2).acquire().await?;
     /// assert!(client.semaphore("partner-api:doc", 2).try_acquire().await?.is_none());
@@ -258,8 +258,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// let client = leasehold_core::LockClient::in_memory();
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// let client = leasehold::LockClient::in_memory();
     /// let both = client.lock_all(["acct:2", "acct:1"]).acquire().await?;
     /// assert_eq!(both.key(), "acct:1");
     /// assert!(client.lock("acct:2").try_acquire().await?.is_none());
@@ -300,8 +300,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// use leasehold_core::LockClient;
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// use leasehold::LockClient;
     ///
     /// let client = LockClient::builder()
     ///     .prefix("doc-inspect:")
@@ -348,8 +348,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// use leasehold_core::LockClient;
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// use leasehold::LockClient;
     ///
     /// let client = LockClient::builder().prefix("doc-list:").in_memory();
     /// let _a = client.lock("order:1").acquire().await?;
@@ -390,8 +390,8 @@ impl LockClient {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// use leasehold_core::LockClient;
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// use leasehold::LockClient;
     ///
     /// let client = LockClient::builder().prefix("doc-force:").in_memory();
     /// let guard = client.lock("order:42").acquire().await?;
@@ -474,9 +474,9 @@ impl std::fmt::Debug for LockClient {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// # async fn main() -> Result<(), leasehold::LockError> {
 /// use std::time::Duration;
-/// let client = leasehold_core::LockClient::builder()
+/// let client = leasehold::LockClient::builder()
 ///     .prefix("tests:")
 ///     .default_ttl(Duration::from_secs(5))
 ///     .in_memory();
@@ -598,8 +598,8 @@ impl LockClientBuilder {
     /// mixed fleet.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
-    /// use leasehold_core::LockClient;
+    /// # async fn demo() -> Result<(), leasehold::LockError> {
+    /// use leasehold::LockClient;
     ///
     /// // Scripts only, even on a Valkey 9 that has DELIFEQ and SET IFEQ.
     /// let client = LockClient::builder()
@@ -624,9 +624,9 @@ impl LockClientBuilder {
     /// `rediss://` (it would connect unencrypted).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), leasehold_core::LockError> {
+    /// # async fn demo() -> Result<(), leasehold::LockError> {
     /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap_or_default();
-    /// let client = leasehold_core::LockClient::builder()
+    /// let client = leasehold::LockClient::builder()
     ///     .tls_ca(ca)
     ///     .connect("rediss://locker:secret@redis.internal:6380")
     ///     .await?;
@@ -702,9 +702,9 @@ impl LockClientBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
+    /// # async fn main() -> Result<(), leasehold::LockError> {
     /// // Nothing listens on port 1: the client exists all the same.
-    /// let client = leasehold_core::LockClient::builder()
+    /// let client = leasehold::LockClient::builder()
     ///     .lazy(true)
     ///     .connect("redis://127.0.0.1:1")
     ///     .await?;
@@ -785,7 +785,7 @@ impl LockClientBuilder {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use leasehold_core::{LockClient, redis};
+    /// use leasehold::{LockClient, redis};
     ///
     /// // The application's own client, for its own commands.
     /// let redis = redis::Client::open("redis://app:secret@10.0.0.5:6379/2")?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// messages never contain a password: server addresses are shown redacted.
 ///
 /// ```
-/// use leasehold_core::LockError;
+/// use leasehold::LockError;
 ///
 /// let err = LockError::Busy { key: "order:42".into() };
 /// assert_eq!(err.to_string(), "lock `order:42` is held by another owner");
@@ -87,8 +87,10 @@ pub enum LockError {
     /// wrong password or user name (`WRONGPASS`), no password for a server
     /// that requires one (`NOAUTH`), a database the server does not have
     /// (`/99`), a user the ACL does not allow a command leasehold needs
-    /// (`NOPERM`), a TLS certificate not trusted, or a client certificate
-    /// missing. `server` names the server without any password, and
+    /// (`NOPERM`), a TLS certificate not trusted, a client certificate
+    /// missing, a port where something other than Redis answers, or a
+    /// `rediss://` URL for a server that answers plain text. `server` names
+    /// the server without any password, and
     /// `message` says what to change.
     #[error("redis setup error on {server}{}: {message}", key_suffix(.key))]
     Misconfigured {
@@ -260,7 +262,7 @@ impl LockError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use leasehold_core::LockError;
+    /// use leasehold::LockError;
     ///
     /// let err = LockError::Unavailable {
     ///     key: Some("order:42".into()),
@@ -285,7 +287,7 @@ impl LockError {
     /// ([`LockError::Misconfigured`]). An HTTP service answers 500 and someone fixes the setup.
     ///
     /// ```
-    /// use leasehold_core::LockError;
+    /// use leasehold::LockError;
     ///
     /// let err = LockError::Misconfigured {
     ///     server: "redis://:***@10.0.0.5:6379".into(),

@@ -24,7 +24,7 @@ use crate::error::LockError;
 /// then an error that the caller sees.
 ///
 /// ```
-/// use leasehold_core::{LockError, LockFallback};
+/// use leasehold::{LockError, LockFallback};
 ///
 /// #[derive(Debug)]
 /// enum AppError { Lock(LockError) }

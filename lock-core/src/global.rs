@@ -19,8 +19,8 @@ static MISSING_REPORTED: AtomicBool = AtomicBool::new(false);
 /// also logged once at `ERROR`, whatever the function returns.
 ///
 /// ```
-/// let client = leasehold_core::LockClient::in_memory();
-/// leasehold_core::set_global_client(client);
+/// let client = leasehold::LockClient::in_memory();
+/// leasehold::set_global_client(client);
 /// ```
 pub fn set_global_client(client: LockClient) {
     *GLOBAL.write().unwrap_or_else(PoisonError::into_inner) = Some(client);

@@ -23,9 +23,9 @@ use crate::lease::Lease;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// # async fn main() -> Result<(), leasehold::LockError> {
 /// use std::time::Duration;
-/// let client = leasehold_core::LockClient::in_memory();
+/// let client = leasehold::LockClient::in_memory();
 ///
 /// let guard = client.lock("doc:guard").ttl(Duration::from_secs(10)).acquire().await?;
 /// assert_eq!(guard.key(), "doc:guard");
@@ -94,8 +94,8 @@ impl LockGuard {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// let client = leasehold_core::LockClient::in_memory();
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// let client = leasehold::LockClient::in_memory();
     /// let both = client.lock_all(["acct:doc-b", "acct:doc-a"]).acquire().await?;
     /// assert_eq!(both.fencing_token_of("acct:doc-a"), Some(both.fencing_token()));
     /// assert!(both.fencing_token_of("acct:doc-b").is_some());
@@ -128,8 +128,8 @@ impl LockGuard {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// # let client = leasehold_core::LockClient::in_memory();
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// # let client = leasehold::LockClient::in_memory();
     /// # async fn do_work() {}
     /// let guard = client.lock("doc:lost").renew(true).acquire().await?;
     /// tokio::select! {

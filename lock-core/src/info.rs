@@ -12,9 +12,9 @@ use std::time::Duration;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// # async fn main() -> Result<(), leasehold::LockError> {
 /// use std::time::Duration;
-/// use leasehold_core::LockClient;
+/// use leasehold::LockClient;
 ///
 /// let client = LockClient::builder()
 ///     .prefix("doc-lockinfo:")

@@ -2,15 +2,24 @@
 //! Redis that are honest about being *leases*.
 //!
 //! Most users depend on the `leasehold` facade crate, which re-exports this
-//! crate and the `#[distributed_lock]` attribute. See [`LockClient`] to start.
+//! crate and the `#[distributed_lock]` attribute; the examples here name
+//! its paths (`leasehold::…`). See [`LockClient`] to start, the
+//! [README](https://github.com/leasehold-rs/leasehold/blob/main/README.md)
+//! for the guarantees table, and the
+//! [guides in `docs/`](https://github.com/leasehold-rs/leasehold/tree/main/docs)
+//! (topologies, recipes, operations, reliability, how it works).
 //!
 //! # Guarantees
 //!
 //! - **Owner tokens.** Each acquisition gets an unguessable 128-bit token;
 //!   only its owner can extend or release, so a holder whose lease expired
 //!   never deletes the next holder's lock.
-//! - **Atomicity.** Every check-then-act is one Lua script (acquire, release,
-//!   renew/extend), safe to resend after a lost reply.
+//! - **Atomicity.** Every check-then-act (acquire, release, renew/extend)
+//!   is one atomic step on the server, safe to resend after a lost reply:
+//!   a Lua script, or, where the server offers one that keeps every
+//!   guarantee, a native conditional command or a `MULTI`/`EXEC`
+//!   transaction; which one depends on the server (see the
+//!   [topology guide](https://github.com/leasehold-rs/leasehold/blob/main/docs/topologies.md)).
 //! - **Validity.** A guard knows its deadline (start of the acquire request +
 //!   TTL − clock drift); past it, without renewal, [`LockGuard::is_held`] is
 //!   false and [`LockGuard::lost`] resolves.

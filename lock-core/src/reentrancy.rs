@@ -77,12 +77,12 @@ impl Drop for Record {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
-/// let client = leasehold_core::LockClient::in_memory();
-/// assert_eq!(leasehold_core::fencing_token(), None);
+/// # async fn main() -> Result<(), leasehold::LockError> {
+/// let client = leasehold::LockClient::in_memory();
+/// assert_eq!(leasehold::fencing_token(), None);
 /// let token = client
 ///     .lock("doc:fencing_token")
-///     .run(async { leasehold_core::fencing_token() })
+///     .run(async { leasehold::fencing_token() })
 ///     .await?;
 /// assert!(token.is_some());
 /// # Ok(()) }
@@ -109,15 +109,15 @@ pub fn fencing_token() -> Option<u64> {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
-/// let client = leasehold_core::LockClient::in_memory();
+/// # async fn main() -> Result<(), leasehold::LockError> {
+/// let client = leasehold::LockClient::in_memory();
 /// let (a, b, c) = client
 ///     .lock_all(["acct:a", "acct:b"])
 ///     .run(async {
 ///         (
-///             leasehold_core::fencing_token_of("acct:a"),
-///             leasehold_core::fencing_token_of("acct:b"),
-///             leasehold_core::fencing_token_of("acct:c"),
+///             leasehold::fencing_token_of("acct:a"),
+///             leasehold::fencing_token_of("acct:b"),
+///             leasehold::fencing_token_of("acct:c"),
 ///         )
 ///     })
 ///     .await?;

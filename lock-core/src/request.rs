@@ -40,9 +40,9 @@ pub(crate) struct Shared {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// # async fn main() -> Result<(), leasehold::LockError> {
 /// use std::time::Duration;
-/// let client = leasehold_core::LockClient::in_memory();
+/// let client = leasehold::LockClient::in_memory();
 ///
 /// let guard = client
 ///     .lock("doc:request")
@@ -278,8 +278,8 @@ impl LockRequest {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), leasehold_core::LockError> {
-    /// let client = leasehold_core::LockClient::in_memory();
+    /// # async fn main() -> Result<(), leasehold::LockError> {
+    /// let client = leasehold::LockClient::in_memory();
     /// let total = client.lock("doc:run").renew(true).run(async { 40 + 2 }).await?;
     /// assert_eq!(total, 42);
     /// # Ok(()) }

@@ -18,9 +18,9 @@ use crate::shape::Shape;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
+/// # async fn main() -> Result<(), leasehold::LockError> {
 /// use std::time::Duration;
-/// let client = leasehold_core::LockClient::in_memory();
+/// let client = leasehold::LockClient::in_memory();
 /// let doc = client.rw_lock("doc:rw-example");
 ///
 /// let first = doc.read().acquire().await?;

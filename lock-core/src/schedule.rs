@@ -15,10 +15,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold_core::{LockClient, schedule::Slot};
+//! use leasehold::{LockClient, schedule::Slot};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), leasehold_core::LockError> {
+//! # async fn main() -> Result<(), leasehold::LockError> {
 //! let client = LockClient::in_memory();
 //! let every = Duration::from_secs(60);
 //!
@@ -67,7 +67,7 @@ tokio::task_local! {
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// use leasehold_core::schedule::Slot;
+/// use leasehold::schedule::Slot;
 ///
 /// let at = UNIX_EPOCH + Duration::from_millis(1_763_900_075_250);
 /// let slot = Slot::at(at, Duration::from_secs(60));
@@ -178,7 +178,7 @@ fn duration_from_nanos(nanos: u128) -> Duration {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let mut ticks = leasehold_core::schedule::aligned_interval(Duration::from_millis(200));
+/// let mut ticks = leasehold::schedule::aligned_interval(Duration::from_millis(200));
 /// ticks.tick().await;
 /// // At (or just after) a multiple of 200 ms.
 /// let now = std::time::SystemTime::now().duration_since(UNIX_EPOCH);
@@ -197,7 +197,7 @@ pub fn aligned_interval(every: Duration) -> tokio::time::Interval {
 /// for, or `None` outside such a body (and in tasks it spawns).
 ///
 /// ```
-/// use leasehold_core::schedule;
+/// use leasehold::schedule;
 ///
 /// assert_eq!(schedule::current_slot(), None);
 /// ```

@@ -24,8 +24,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold_core::{LockError, LostCause};
-//! use leasehold_core::testing::FaultyClient;
+//! use leasehold::{LockError, LostCause};
+//! use leasehold::testing::FaultyClient;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -47,10 +47,10 @@
 //! # A handler when Redis is down, and when the lock is busy
 //!
 //! ```
-//! use leasehold_core::testing::FaultyClient;
+//! use leasehold::testing::FaultyClient;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), leasehold_core::LockError> {
+//! # async fn main() -> Result<(), leasehold::LockError> {
 //! let kit = FaultyClient::new();
 //!
 //! // Another instance holds the order's lock: ours is busy.
@@ -105,7 +105,7 @@ impl FaultyClient {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use leasehold_core::{LockClient, testing::FaultyClient};
+    /// use leasehold::{LockClient, testing::FaultyClient};
     ///
     /// let kit = FaultyClient::with_builder(
     ///     LockClient::builder().name("worker-1").default_ttl(Duration::from_secs(5)),

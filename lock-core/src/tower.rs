@@ -8,8 +8,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! use std::time::Duration;
-//! use leasehold_core::LockClient;
-//! use leasehold_core::tower::{Fence, LockLayer};
+//! use leasehold::LockClient;
+//! use leasehold::tower::{Fence, LockLayer};
 //!
 //! let client = LockClient::in_memory();
 //! // One request per order at a time: `/orders/42/pay` locks `order:42/pay`.

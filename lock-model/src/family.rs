@@ -490,7 +490,7 @@ pub enum FamPhase {
     Holding {
         fence: u32,
         valid: Time,
-        /// Granted by a client blind to a restart (SPEC 13's gap).
+        /// Granted by a client blind to a restart (the gate's documented gap).
         excused: bool,
         renewing: Option<(Time, Flight<bool>)>,
     },

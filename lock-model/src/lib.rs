@@ -4,7 +4,7 @@
 //! - [`scripts`]: the Redis keys of one lock and the Lua scripts' logic on
 //!   them (`lock-core/src/backend/scripts/*.lua`, branch by branch);
 //! - [`protocol`]: clients (attempt, wait in line, hold with a validity
-//!   deadline, renew, release, abandon), the gate of SPEC 13, the faults
+//!   deadline, renew, release, abandon), the restart gate, the faults
 //!   as actions, and the properties;
 //! - [`fair`]: liveness: from a state, a run without faults in which
 //!   holders keep releasing serves every waiter and leaves no key behind;

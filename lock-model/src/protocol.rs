@@ -1,6 +1,6 @@
 //! The protocol of one lock key as a state machine: the server's keys
 //! (scripts.rs), a few clients with what each knows (its phase, the request
-//! or reply in flight, its gate of SPEC 13), and the faults as actions.
+//! or reply in flight, its restart gate), and the faults as actions.
 //!
 //! A client's life follows lock-core: `request.rs` (attempt, wait, retry
 //! with the same token after an error, abandon when giving up), `waiting.rs`
@@ -97,7 +97,7 @@ pub enum Phase {
         /// renewal, + the lease).
         valid: Time,
         /// Granted by a client that saw a change while it had not asked for
-        /// the key within a lease (SPEC 13 does not close such a key).
+        /// the key within a lease (the restart gate does not close such a key).
         excused: bool,
         renewing: Option<(Time, Flight<bool>)>,
     },
@@ -662,8 +662,8 @@ pub(crate) fn fail(phase: &mut Phase) {
     }
 }
 
-/// No two clients hold within their validity, except the documented gap of
-/// SPEC 13: after a change, a client that had not asked for the key within
+/// No two clients hold within their validity, except the restart gate's
+/// documented gap: after a change, a client that had not asked for the key within
 /// a lease is not closed (and without `restart_grace`, nothing else stops it).
 pub fn exclusive(w: &World) -> bool {
     let valid: Vec<(u32, bool)> = w.clients.iter().filter_map(|c| c.valid(w.now)).collect();

@@ -640,7 +640,7 @@ impl Model for Protocol {
                 },
             ),
             Property::sometimes(
-                "two holders, the later one excused (SPEC 13's gap)",
+                "two holders, the later one excused (the gate's documented gap)",
                 |_, w: &World| {
                     w.clients
                         .iter()

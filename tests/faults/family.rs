@@ -311,7 +311,7 @@ fn family_cluster(name: &'static str, kind: &str) {
 /// and its replica promoted at once (`CLUSTER FAILOVER TAKEOVER`) while a
 /// long body holds. Replication is asynchronous: docs/topologies.md
 /// promises the lease survives only if the replica had it. Asserted, as
-/// for the lock's `cluster_master_killed`: the fencing (SPEC 13, data loss
+/// for the lock's `cluster_master_killed`: the fencing (data loss
 /// included), no token issued twice, no key left without an expiry; the
 /// rest is reported.
 #[cfg(feature = "cluster")]

@@ -107,7 +107,7 @@ pub(crate) fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce
 }
 
 /// The fencing part of every promise: tokens never repeat or go backwards,
-/// data loss included (SPEC 13), so the fenced store never accepts a stale
+/// data loss included, so the fenced store never accepts a stale
 /// write and never refuses the current holder's.
 pub(crate) fn assert_fenced(name: &str, f: &Figures) {
     assert!(f.sections > 0, "{name}: no section ran: {f}");

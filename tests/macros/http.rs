@@ -293,7 +293,7 @@ async fn without_redis_it_runs_in_memory() {
 
 /// After a Redis restart, an order whose lock may still be held unseen (it
 /// was asked for within its lease before the restart) answers 503 with
-/// `Retry-After`, not 409; other orders are paid at once (issue 22).
+/// `Retry-After`, not 409; other orders are paid at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_a_lock_that_may_be_held_answers_503_with_retry_after() {
     let mut server = RedisServer::start();

@@ -98,8 +98,8 @@ fn three_clients() {
 
 /// A restart without persistence (every key gone), without
 /// `restart_grace`: the gate closes the keys a client asked for within a
-/// lease; one that had not asked may grant at once (SPEC 13's stated gap,
-/// which the model finds: two holders, the later one excused).
+/// lease; one that had not asked may grant at once (the gate's documented
+/// gap, which the model finds: two holders, the later one excused).
 #[test]
 fn restart() {
     model(
@@ -111,7 +111,7 @@ fn restart() {
         },
         &[
             "a waiter waits for a key closed by the gate",
-            "two holders, the later one excused (SPEC 13's gap)",
+            "two holders, the later one excused (the gate's documented gap)",
         ],
     );
 }

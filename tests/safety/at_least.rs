@@ -1,4 +1,4 @@
-//! Fault #12 of the fault review (README, Guarantees): a release that shortens a lock's life (with
+//! README, Guarantees: a release that shortens a lock's life (with
 //! `at_least`) announces when it ends, so waiters in other clients get the
 //! lock then, not at the old expiry; and a served waiter leaves the line.
 
@@ -85,7 +85,7 @@ async fn an_early_release_with_at_least_hands_over_when_at_least_ends() {
     assert!(third.is_some(), "the free lock is kept from a third client");
 }
 
-/// Issue 22 (suspected): a renewal on its way when the holder releases
+/// A renewal on its way when the holder releases
 /// with `at_least` must not land after the release and reset the key to
 /// the full TTL (it is still the holder's token, so renew.lua would
 /// extend it). 120 rounds of 32 leases taken together, so that the

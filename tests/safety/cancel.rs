@@ -1,4 +1,4 @@
-//! Fault #2, #3, #4 of the fault review (README, Guarantees): every public future may be dropped at any
+//! README, Guarantees: every public future may be dropped at any
 //! await point, leaving no lock nobody will release, no place in line, no
 //! subscription.
 
@@ -396,7 +396,7 @@ async fn an_extend_dropped_in_flight_leaves_a_usable_guard() {
     assert!(!exists(&server, &lock_name("dropped-extend")));
 }
 
-/// Issue 22 (suspected): a waiter whose subscription failed, dropped after
+/// A waiter whose subscription failed, dropped after
 /// a later waiter of the same client subscribed, must not unsubscribe the
 /// later one. The first waiter's release listener cannot connect (the
 /// server is at `maxclients`), so it waits without announcements; then the

@@ -1,4 +1,4 @@
-//! Fault #14, #15 of the fault review (README, Guarantees): on Redis Cluster, waiters still wake
+//! README, Guarantees: on Redis Cluster, waiters still wake
 //! on release after a failover, and a release during a slot migration is
 //! retried until it lands.
 

@@ -1,4 +1,4 @@
-//! Fault #8 of the fault review (README, Guarantees): a server whose `maxmemory-policy` can evict lock
+//! README, Guarantees: a server whose `maxmemory-policy` can evict lock
 //! keys is refused at connect, with an error naming the policy, unless the
 //! client opts in with `allow_eviction(true)`.
 

@@ -1,4 +1,4 @@
-//! Fault #6 of the fault review (README, Guarantees): fencing tokens never repeat or go backwards,
+//! README, Guarantees: fencing tokens never repeat or go backwards,
 //! data loss included (a restart without persistence, `FLUSHDB`).
 
 use std::time::Duration;

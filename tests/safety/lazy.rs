@@ -1,4 +1,4 @@
-//! A lazy start (`LockClientBuilder::lazy(true)`, issue 22): a service starts
+//! A lazy start (`LockClientBuilder::lazy(true)`): a service starts
 //! while Redis is down and answers "unavailable" until it is back, instead
 //! of failing to start.
 

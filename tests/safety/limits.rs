@@ -1,4 +1,4 @@
-//! Fault #11 of the fault review: a TTL too short to be valid for any time after the drift
+//! A TTL too short to be valid for any time after the drift
 //! margin is refused as `InvalidArgument`, not granted as an already-lost
 //! lease.
 

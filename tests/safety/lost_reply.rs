@@ -1,4 +1,4 @@
-//! Fault #5 of the fault review (README, Guarantees): an acquisition whose reply was lost is retried,
+//! README, Guarantees: an acquisition whose reply was lost is retried,
 //! and the retry is recognised as the owner's own lock even when someone
 //! joined the line meanwhile.
 

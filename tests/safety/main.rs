@@ -1,4 +1,4 @@
-//! Regression tests for the faults of the fault review (README: Guarantees, Reliability): each
+//! The safety promises of README (Guarantees, Reliability), one module per promise: each
 //! test states what users rely on and runs against real `redis-server`
 //! processes (standalone, three Redlock masters, or a Cluster) started by
 //! the test itself. Tests that fail on the code they were written against

@@ -142,3 +142,91 @@ async fn redlock_masters_refusing_the_password_are_a_misconfiguration() {
     let text = assert_misconfigured("redlock, wrong password", &err);
     assert!(text.contains("WRONGPASS"), "{text}");
 }
+
+/// A listener on `port` that is not Redis: to every connection it sends
+/// `greeting` at once (an SSH-like banner), or, when `greeting` is empty,
+/// reads the request and answers like an HTTP server. Runs until the test
+/// process ends.
+fn not_redis(greeting: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a plain TCP port");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                if greeting.is_empty() {
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request);
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+                          Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+                    );
+                } else {
+                    let _ = stream.write_all(greeting.as_bytes());
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request);
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_that_does_not_speak_redis_is_a_misconfiguration() {
+    for (what, greeting) in [
+        ("an HTTP server", ""),
+        (
+            "an SSH-like banner",
+            "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n",
+        ),
+    ] {
+        let port = not_redis(greeting);
+        let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}");
+        let err = connect(&url).await;
+        let text = assert_misconfigured(what, &err);
+        let shown = format!("redis://:***@127.0.0.1:{port}");
+        assert!(
+            text.contains(&format!(
+                "the server at {shown} does not speak the Redis protocol: wrong port?"
+            )),
+            "{what}: says the port is wrong: {text}"
+        );
+        assert!(!text.contains('\n'), "{what}: one line: {text}");
+    }
+
+    // The same port as a Cluster client's seed is the same mistake.
+    let port = not_redis("");
+    let seed = format!("redis://:{PASSWORD}@127.0.0.1:{port}");
+    match LockClient::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_cluster([seed])
+        .await
+    {
+        Err(err) => {
+            let text = assert_misconfigured("cluster seed on an HTTP port", &err);
+            assert!(text.contains("wrong port?"), "{text}");
+        }
+        Ok(_) => panic!("a cluster client connected to an HTTP server"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_path_that_is_not_a_database_number_is_an_invalid_argument() {
+    for path in ["abc", "1x", "db0"] {
+        let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/{path}", free_port());
+        let err = connect(&url).await;
+        let text = format!("{err} | {err:?}");
+        eprintln!("path /{path}: {err}");
+        assert!(
+            matches!(err, LockError::InvalidArgument { name: "url", .. }),
+            "path /{path}: {text}"
+        );
+        assert!(
+            text.contains("the path must be a database number"),
+            "path /{path}: {text}"
+        );
+        assert!(!text.contains(PASSWORD), "password leaked: {text}");
+    }
+}

@@ -1,4 +1,4 @@
-//! Fault #13 of the fault review (README, Guarantees): one stalled Redlock master does not blow the
+//! README, Guarantees: one stalled Redlock master does not blow the
 //! budget: when the healthy majority already answered "busy", no majority
 //! is possible and the request ends without waiting for the stalled node.
 

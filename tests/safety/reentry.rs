@@ -1,4 +1,4 @@
-//! Fault #1 of the fault review (README, Guarantees): re-entry only for the holder. A guard moved to
+//! Re-entry only for the holder (README, Guarantees). A guard moved to
 //! another task is that task's; the acquiring task's next acquisition waits.
 
 use std::sync::Arc;

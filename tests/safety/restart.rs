@@ -1,5 +1,5 @@
-//! Fault #7 of the fault review and the Redlock "delayed restart" (README, Guarantees): a server that
-//! restarted without persistence is not believed.
+//! A server that restarted without persistence is not believed, and
+//! Redlock's "delayed restart" (README, Guarantees).
 
 use std::time::Duration;
 
@@ -305,9 +305,9 @@ async fn first_answer(
     panic!("no answer from the restarted server ({last:?})");
 }
 
-/// Issue 22, item 1 (SPEC 13): a restart closes, per key, only what may be
-/// held unseen, and says so with an unavailable-class error. Before, every
-/// key was refused as `Busy` for the longest TTL ever asked (here an hour).
+/// A restart closes, per key, only what may be held unseen, and says so
+/// with an unavailable-class error: never `Busy`, and never for the longest
+/// TTL ever asked (here an hour).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_closes_only_the_keys_that_may_be_held_unseen() {
     let mut server = RedisServer::start();
@@ -399,7 +399,7 @@ async fn a_restart_closes_only_the_keys_that_may_be_held_unseen() {
     waited.release().await.expect("release");
 }
 
-/// Issue 22, item 1: with AOF, a lock that survived the restart is seen
+/// With AOF, a lock that survived the restart is seen
 /// there: the key is busy (not refused), and free for the others as soon as
 /// its holder releases it, not a lease later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,10 +464,10 @@ async fn a_lock_that_survived_a_restart_is_free_at_its_release() {
     );
 }
 
-/// Issue 22 (suspected, confirmed): the check of held leases after a
-/// restart failed once (here: the server refused scripts for a moment) and
-/// was never tried again, so a lease without `renew` that the restart lost
-/// was believed until its validity ran out.
+/// The check of held leases after a restart is tried again when it fails
+/// (here: the server refuses scripts for a moment), so a lease without
+/// `renew` that the restart lost is not believed until its validity runs
+/// out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_check_after_a_restart_is_tried_again() {
     // The ACL comes from a file, so that the restarted server refuses
@@ -509,10 +509,10 @@ async fn a_failed_check_after_a_restart_is_tried_again() {
     assert_eq!(guard.lost_cause(), Some(LostCause::Restarted));
 }
 
-/// Issue 22 (suspected, confirmed): the check of a lease without `renew`
-/// after a restart set its key's expiry to the guard's validity, which is
-/// the lease minus the drift allowance: the key then expired before its
-/// lease did on the server's clock, and the allowance was gone.
+/// The check of a lease without `renew` after a restart keeps its key's
+/// expiry at the lease, not at the guard's validity (the lease minus the
+/// drift allowance): otherwise the key would expire before its lease did
+/// on the server's clock, and the allowance would be gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_after_a_restart_does_not_shorten_a_lease() {
     let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);

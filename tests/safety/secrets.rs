@@ -1,4 +1,4 @@
-//! Fault #10 of the fault review (README, Guarantees): no password appears in any error or `Debug`
+//! README, Guarantees: no password appears in any error or `Debug`
 //! output, whatever the form of the URL: unix sockets with `?pass=`,
 //! passwords containing `#`, `/` or `?`, escaped or not, on every kind of
 //! client.

@@ -1,4 +1,4 @@
-//! Fault #9 of the fault review (README, Guarantees): the watchdog survives the end of the runtime it
+//! README, Guarantees: the watchdog survives the end of the runtime it
 //! ran on: a client shared by successive runtimes (as by several
 //! `#[tokio::test]`s) keeps renewing leases taken on the later ones.
 
@@ -67,11 +67,11 @@ fn renewal_continues_on_a_second_runtime() {
     });
 }
 
-/// Issue 22, item 2: past its `max_hold` a renewed lease is no longer
-/// renewed, and the watchdog must then sleep until the lease's deadline.
-/// It used to loop without an await (the lease stayed "due" with nothing
-/// to send), which froze a current-thread runtime until the lease ran
-/// out: no other task could run, and the body could not be dropped.
+/// Past its `max_hold` a renewed lease is no longer renewed, and the
+/// watchdog then sleeps until the lease's deadline: a loop without an
+/// await (the lease "due" with nothing to send) would freeze a
+/// current-thread runtime until the lease ran out: no other task could
+/// run, and the body could not be dropped.
 ///
 /// Another task on the same runtime ticks every 20 ms; between `max_hold`
 /// and the end of the lease (2.7 s) it must keep ticking. A frozen runtime

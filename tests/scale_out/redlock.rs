@@ -429,7 +429,7 @@ mod with_the_attribute {
     }
 }
 
-/// Issue 22, item 5: a release returns once a majority confirmed it; the
+/// A release returns once a majority confirmed it; the
 /// nodes that did not answer are released in the background, tried again
 /// until they answer or the lease runs out. Five masters: one stalled
 /// (SIGSTOP), one behind a proxy that resets every connection while the
@@ -499,7 +499,7 @@ async fn release_returns_at_a_majority_and_finishes_the_rest_in_the_background()
     );
 }
 
-/// Issue 22 (suspected): fencing with client clocks that disagree and one
+/// Fencing with client clocks that disagree and one
 /// master restarted empty. Three masters A, B, C. An earlier holder whose
 /// clock runs far ahead (here: the counters such a client leaves behind,
 /// written straight to A and B) takes the lock on A and B while C stalls;

@@ -364,7 +364,7 @@ async fn unsynced_round(round: usize) {
     );
     // Its client grants nothing on the new primary meanwhile.
     let refused = holder.lock("another").ttl(TTL).try_acquire().await;
-    // Refused as unavailable (SPEC 13: the restart grace counts from the
+    // Refused as unavailable (the restart grace counts from the
     // failover), never granted.
     assert!(
         matches!(&refused, Ok(None)) || matches!(&refused, Err(e) if e.is_unavailable()),
@@ -569,7 +569,7 @@ async fn unreachable_sentinels_are_a_clear_error_without_passwords() {
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
 }
 
-/// Issue 22, item 1: after a failover, a lock whose holder kept it (synced
+/// After a failover, a lock whose holder kept it (synced
 /// to the replica) and released it on the new primary is free at once, for
 /// a waiter blocked during the failover and for a client that tried during
 /// it. Before, both had to wait a whole lease after the switch (5 s and 11 s

@@ -192,6 +192,53 @@ async fn unreachable_tls_port_is_a_prompt_backend_error() {
     );
 }
 
+/// `rediss://` pointed at a server that speaks plain text: the error says
+/// that no TLS handshake came back and that the server may not use TLS,
+/// names the server without its password, and comes within the connect
+/// timeout (no wait for a handshake that never comes).
+#[tokio::test]
+async fn tls_url_against_a_plain_text_server_says_no_tls_handshake() {
+    let ca = Ca::new("leasehold plain-text CA");
+    let plain = support::RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let port = plain.port();
+    let url = format!("rediss://:{PASSWORD}@127.0.0.1:{port}");
+    let err = client_builder(&ca)
+        .connect(&url)
+        .await
+        .expect_err("a plain-text server does not answer TLS");
+    assert_misconfigured_without_password(&err, port);
+    let text = err.to_string();
+    assert!(
+        text.contains("no TLS handshake came back") && text.contains("may not use TLS"),
+        "says the server may not use TLS: {text}"
+    );
+    assert!(!text.contains("could not connect"), "{text}");
+
+    // A service that answers the handshake with something else (an HTTP
+    // server's 400): the same advice, at once.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = http.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in http.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut hello = [0u8; 512];
+            let _ = stream.read(&mut hello);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let url = format!("rediss://:{PASSWORD}@127.0.0.1:{port}");
+    let err = client_builder(&ca)
+        .connect(&url)
+        .await
+        .expect_err("an HTTP server does not answer TLS");
+    assert_misconfigured_without_password(&err, port);
+    assert!(
+        err.to_string().contains("no TLS handshake came back"),
+        "{err}"
+    );
+}
+
 /// A PEM with no certificate is an invalid argument, before any connection.
 #[tokio::test]
 async fn unreadable_ca_is_an_invalid_argument() {

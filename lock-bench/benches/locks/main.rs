@@ -3,7 +3,7 @@
 //! leasehold side by side with the raw Redis limit and the crates.io peers,
 //! in one run on redis-server processes of its own (free loopback ports, the
 //! test harness' code), so that every figure can be read as a ratio. Prints
-//! a table with ratios vs raw and vs the best peer, the issue's targets
+//! a table with ratios vs raw and vs the best peer, the performance targets
 //! checked, and writes one JSON object per scenario × implementation to
 //! `target/bench/locks.jsonl`.
 //!
@@ -405,8 +405,8 @@ async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec
 }
 
 /// S9's free rows as ratios to leasehold's free plain lock: pairs/s, and
-/// Redis CPU per pair (what the issue's "costs about what a free lock
-/// costs" is about).
+/// Redis CPU per pair (what the target "a free permit or read share costs
+/// about what a free lock costs" is about).
 fn family_text(rows: &[Row]) -> String {
     let mut out =
         String::from("\nThe lock family, free (S9: 64 tasks on fresh keys), x leasehold lock\n");
@@ -516,7 +516,7 @@ fn floor_text(rows: &[Row]) -> String {
     out
 }
 
-/// Issue 25's targets, against the median rows.
+/// The performance targets (docs/performance.md), against the median rows.
 fn checks(rows: &[Row]) -> Vec<Check> {
     let get = |scenario: &str, imp: &str| report::find(rows, scenario, imp);
     let peers = |scenario: &str| -> Vec<&Record> {

@@ -428,7 +428,7 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// A target of the issue, checked against the median rows.
+/// A performance target, checked against the median rows.
 pub struct Check {
     pub name: String,
     pub target: String,

@@ -34,13 +34,22 @@ impl Address {
             install_crypto_provider();
         }
         let info = url.into_connection_info().map_err(|e| {
-            LockError::invalid(
-                "url",
+            let reason = if e.to_string().contains("Invalid database number") {
+                if url.starts_with("unix://") || url.starts_with("redis+unix://") {
+                    format!("`{shown}`: the `db` parameter must be a database number (`?db=0`)")
+                } else {
+                    format!(
+                        "`{shown}`: the path must be a database number (`/0`, `/1`, …) \
+                         or empty (database 0)"
+                    )
+                }
+            } else {
                 format!(
                     "`{shown}` is not a Redis URL ({:?}); expected redis://, rediss:// or unix://",
                     e.kind()
-                ),
-            )
+                )
+            };
+            LockError::invalid("url", reason)
         })?;
         Ok(Address { info, shown })
     }
@@ -157,6 +166,86 @@ pub(crate) async fn within_connect_timeout<T>(
     }
 }
 
+/// The error for a first connection to `address` that did not come up within
+/// the connect timeout. For `rediss://`, a plain probe tells the cases
+/// apart: nothing accepts connections there (could not connect), the server
+/// answers plain-text Redis (a setup mistake: it does not use TLS), or it
+/// accepts but never answers the TLS handshake.
+pub(crate) async fn connect_timed_out(address: &Address, settings: &ConnectSettings) -> LockError {
+    let waited = settings.connect_timeout;
+    #[cfg(feature = "tls")]
+    if let redis::ConnectionAddr::TcpTls { host, port, .. } = address.info.addr() {
+        let within = waited.min(Duration::from_secs(1));
+        match plain_probe(host.clone(), *port, within).await {
+            Probe::Unreachable => {}
+            Probe::PlainRedis => {
+                return LockError::misconfigured(
+                    &address.shown,
+                    format!(
+                        "no TLS handshake came back within {waited:?}: the server may not use TLS \
+                         (it answers plain-text Redis on this port); use redis:// for it, \
+                         or the port of its TLS listener (`tls-port`)"
+                    ),
+                );
+            }
+            Probe::Silent => {
+                return LockError::backend(
+                    &address.shown,
+                    format!(
+                        "no TLS handshake came back within {waited:?}: the server may not use TLS \
+                         on this port, or it does not answer"
+                    ),
+                );
+            }
+        }
+    }
+    LockError::backend(
+        &address.shown,
+        format!("could not connect within {waited:?}"),
+    )
+}
+
+/// What a plain-text probe of a `rediss://` address found.
+#[cfg(feature = "tls")]
+enum Probe {
+    /// No TCP connection could be made.
+    Unreachable,
+    /// It answered an inline `PING` the way Redis does (`+PONG`, `-NOAUTH …`).
+    PlainRedis,
+    /// It accepted the connection but sent nothing back.
+    Silent,
+}
+
+/// Connect to `host:port` without TLS and send an inline `PING` (no
+/// credentials: they never cross the network in clear text), reading the
+/// first byte of the answer, each step within `within`.
+#[cfg(feature = "tls")]
+async fn plain_probe(host: String, port: u16, within: Duration) -> Probe {
+    let probing = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        use std::net::ToSocketAddrs;
+        let Ok(addrs) = (host.as_str(), port).to_socket_addrs() else {
+            return Probe::Unreachable;
+        };
+        for addr in addrs {
+            let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, within) else {
+                continue;
+            };
+            let mut first = [0u8; 1];
+            let answered = stream.set_read_timeout(Some(within)).is_ok()
+                && stream.write_all(b"PING\r\n").is_ok()
+                && matches!(stream.read(&mut first), Ok(1));
+            return if answered && matches!(first[0], b'+' | b'-') {
+                Probe::PlainRedis
+            } else {
+                Probe::Silent
+            };
+        }
+        Probe::Unreachable
+    });
+    probing.await.unwrap_or(Probe::Unreachable)
+}
+
 /// Open a reconnecting connection; the first connection must succeed within
 /// the connect timeout. Pushes (pub/sub messages, disconnections) go to `push`.
 pub(crate) async fn connect_manager(
@@ -194,7 +283,7 @@ pub(crate) fn manager_config(settings: &ConnectSettings) -> ConnectionManagerCon
 /// A redis-rs error as a [`LockError::Backend`] naming `server` (redacted),
 /// or as a [`LockError::Misconfigured`] when it tells of a setup mistake.
 pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
-    if let Some(message) = misconfiguration(&err) {
+    if let Some(message) = misconfiguration(server, &err) {
         return LockError::misconfigured(server, message);
     }
     if err.is_timeout() {
@@ -205,11 +294,25 @@ pub(crate) fn backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// What to tell the user when `err` says the setup is wrong (a retry
-/// cannot help), or `None`. Redis's texts never contain the password.
-fn misconfiguration(err: &RedisError) -> Option<String> {
+/// cannot help), or `None`. Redis's texts never contain the password;
+/// `server` is already redacted.
+fn misconfiguration(server: &str, err: &RedisError) -> Option<String> {
     let text = err.to_string();
     let code = err.code().unwrap_or_default();
-    let message = if is_certificate_error(&text) {
+    let message = if err.kind() == redis::ErrorKind::Parse
+        || text.contains("Incompatible type - Parse error")
+    {
+        // The peer answered with bytes that are no Redis reply at all (an
+        // HTTP server, an SSH banner): another service listens there. (The
+        // Cluster client wraps the parse error in its own, hence the text.)
+        not_redis(server)
+    } else if text.contains("InvalidContentType") {
+        // rustls got bytes that are no TLS record in place of the handshake.
+        format!(
+            "no TLS handshake came back: the server may not use TLS (it answered something else, \
+             {text}); use redis:// for a plain-text server, or the port of its TLS listener"
+        )
+    } else if is_certificate_error(&text) {
         format!(
             "TLS: the server's certificate was not accepted ({text}); \
              trust its CA with LockClientBuilder::tls_ca"
@@ -245,6 +348,11 @@ fn misconfiguration(err: &RedisError) -> Option<String> {
         return None;
     };
     Some(message)
+}
+
+/// The message for a peer whose reply is not the Redis protocol.
+pub(crate) fn not_redis(server: &str) -> String {
+    format!("the server at {server} does not speak the Redis protocol: wrong port?")
 }
 
 /// The message of a `NOAUTH` refusal: the server wants a password the URL

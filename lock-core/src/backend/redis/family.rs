@@ -140,20 +140,34 @@ impl<T: Topology> RedisBackend<T> {
     }
 
     /// Give back every lock of a `lock_all`, each as a plain release would
-    /// (waking each key's next in line). Ours only if every one was.
+    /// (waking each key's next in line), all at once: on Cluster a key whose
+    /// master is slow or down delays none of the others, and a key that
+    /// fails leaves none of the others held. Ours only if every one was;
+    /// the first error (in key order) once every key was tried.
     pub(super) async fn release_all(
         &self,
         all: &AllKeys,
         release: Release<'_>,
     ) -> Result<Owned, LockError> {
+        let releases = all
+            .keys
+            .iter()
+            .map(|keys| self.release_lock(Release { keys, ..release }));
         let mut outcome = Owned::Yes;
-        for keys in &all.keys {
-            let owned = self.release_lock(Release { keys, ..release }).await?;
-            if outcome == Owned::Yes {
-                outcome = owned;
+        let mut first_error = None;
+        for result in join_all(releases).await {
+            match result {
+                Ok(owned) if outcome == Owned::Yes => outcome = owned,
+                Ok(_) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        Ok(outcome)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
     }
 
     /// Abandon an acquisition of a permit or rw-lock side.

@@ -18,7 +18,9 @@ use tokio::sync::mpsc;
 use super::gate::Gate;
 use super::{RedisBackend, Topology};
 use crate::backend::BoxFuture;
-use crate::backend::connect::{Address, backend_error, connect_manager, manager_config};
+use crate::backend::connect::{
+    Address, backend_error, connect_manager, connect_timed_out, manager_config,
+};
 use crate::backend::listener::Running;
 use crate::backend::scripts;
 use crate::backend::wakeups::Wakeups;
@@ -50,10 +52,7 @@ impl Server {
         let backend = Server::lazy_at(address, settings, gate_settings, wakeups)?;
         match tokio::time::timeout(settings.connect_timeout, backend.verify_now()).await {
             Ok(checked) => checked.map(|()| backend),
-            Err(_) => Err(LockError::backend(
-                backend.server(),
-                format!("could not connect within {:?}", settings.connect_timeout),
-            )),
+            Err(_) => Err(connect_timed_out(&backend.topology().address, settings).await),
         }
     }
 

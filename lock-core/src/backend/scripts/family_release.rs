@@ -63,8 +63,8 @@ pub(crate) async fn family_release<C: ConnectionLike>(
     decode(invoke(&SCRIPT, &cmd, con).await?)
 }
 
-/// Give back `token`'s permit or side with native commands (SPEC semantic
-/// 2): `HDEL holders token` is the atomic step (the field is named by the
+/// Give back `token`'s permit or side with native commands, still one
+/// atomic step on the server: `HDEL holders token` is that step (the field is named by the
 /// owner token, so no other holder's share can be touched), pipelined with
 /// `EXISTS line`; when the line key exists, the script in its wake mode
 /// (keep -1) names the first in line if it may go now. The script runs

@@ -1,6 +1,6 @@
 //! The fast acquisition: a free lock that nobody waits for, taken with
-//! native commands and no script (SPEC semantic 2: `SET … NX` is the
-//! atomic step; semantic 7: the fencing token comes from the server clock).
+//! native commands and no script (`SET … NX` is the one atomic step; the
+//! fencing token still comes from the server clock, as in the script).
 //!
 //! One round trip of three commands, pipelined (not `MULTI`):
 //!

@@ -1,5 +1,6 @@
 //! The native twins of `release.lua` and `renew.lua`: conditional commands
-//! some servers offer, one atomic command each (SPEC semantic 2), cheaper
+//! some servers offer, one atomic command each (a check-then-act as atomic
+//! as the script's), cheaper
 //! than an `EVALSHA` (COSTS.md: 0.6–0.7 µs of server time against 2.3–2.7
 //! µs on Valkey 9.1).
 //!
