@@ -76,8 +76,39 @@ Ok(())
 }
 }
 
-/// docs/operations.md:9
+/// docs/frameworks-cron-shell.md:12
 mod snippet_3 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use leasehold::distributed_lock;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+// 03:00:00 UTC every day. Keyed "nightly-export:<that fire in unix seconds>"
+// and kept until the next fire: the first instance runs it, the others skip.
+#[distributed_lock(key = "nightly-export", cron = "0 0 3 * * *", ttl = "1m", renew)]
+async fn nightly_export() -> Result<(), LockError> { Ok(()) }
+
+let scheduler = JobScheduler::new().await?;
+scheduler
+    .add(Job::new_async("0 0 3 * * *", |_id, _scheduler| {
+        Box::pin(async {
+            match nightly_export().await {
+                Ok(()) => {}
+                Err(e) if e.is_busy() => {} // another instance has this fire
+                Err(e) => eprintln!("nightly export did not run: {e}"),
+            }
+        })
+    })?)
+    .await?;
+scheduler.start().await?;
+
+Ok(())
+}
+}
+
+/// docs/operations.md:9
+mod snippet_4 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -96,7 +127,7 @@ Ok(())
 }
 
 /// docs/recipes.md:8
-mod snippet_4 {
+mod snippet_5 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -158,7 +189,7 @@ Ok(())
 }
 
 /// docs/recipes.md:88
-mod snippet_5 {
+mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -191,14 +222,14 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:147
-mod snippet_6 {
+/// docs/recipes.md:151
+mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use tokio_cron_scheduler::{Job, JobScheduler};
 
-#[leasehold::distributed_lock(key = "cleanup", every = "5m")]
+#[leasehold::distributed_lock(key = "cleanup", cron = "0 */5 * * * *")]
 async fn cleanup() { /* ... */ }
 
 let scheduler = JobScheduler::new().await?;
@@ -211,8 +242,8 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:169
-mod snippet_7 {
+/// docs/recipes.md:173
+mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -253,7 +284,7 @@ Ok(())
 }
 
 /// docs/testing.md:27
-mod snippet_8 {
+mod snippet_9 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -285,7 +316,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_9 {
+mod snippet_10 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -304,7 +335,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_10 {
+mod snippet_11 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
