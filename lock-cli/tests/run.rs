@@ -380,3 +380,38 @@ async fn concurrent_runs_on_one_key_never_overlap() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The connection flags of the other subcommands apply: here three Redlock
+/// masters; a majority of them down is unavailable (69).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_masters_with_the_usual_flags() {
+    let mut masters = Vec::new();
+    for _ in 0..3 {
+        masters.push(start().await);
+    }
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let urls = urls.join(",");
+    let out = leasehold()
+        .args(["--redlock", "--url", &urls, "run", "report", "--"])
+        .args(["sh", "-c", "echo $LEASEHOLD_FENCING_TOKEN; exit 4"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}", text(&out.stderr));
+    let token: u64 = text(&out.stdout).trim().parse().expect("a token");
+    assert!(token > 0);
+    for master in &masters {
+        // Released on every master.
+        assert!(
+            master.keys("*report*lock*").is_empty(),
+            "{:?}",
+            master.keys("*")
+        );
+    }
+    masters[0].stop();
+    masters[1].stop();
+    let out = leasehold()
+        .args(["--redlock", "--url", &urls, "run", "report", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{}", text(&out.stderr));
+}
