@@ -41,6 +41,9 @@ const CANNOT_EXECUTE: u8 = 126;
 /// Exit code: the command was not found.
 const NOT_FOUND: u8 = 127;
 
+/// How long an interrupted wait lets its background cleanup run.
+const CLEANUP: Duration = Duration::from_millis(300);
+
 /// The options of `leasehold run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -107,23 +110,34 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> u8 {
             Err(Open::Usage(message)) => return fail(CONFIG, &message),
             Err(Open::Lock(error)) => return lock_failure(&error),
         },
-        signo = signals.next() => return by_signal(signo),
+        signo = signals.next() => return interrupted(signo),
     };
-    let guard = tokio::select! {
-        acquired = acquire(&client, &args) => match acquired {
-            Ok(guard) => guard,
-            Err(error) if error.is_busy() => {
-                return if args.skip_if_locked {
-                    eprintln!("leasehold: `{}` is held by another owner; skipped", args.key);
-                    OK
-                } else {
-                    fail(TEMPFAIL, &error.to_string())
-                };
-            }
-            Err(error) => return lock_failure(&error),
-        },
-        // Dropping `acquire` leaves nothing behind (it is cancel safe).
-        signo = signals.next() => return by_signal(signo),
+    let acquired = tokio::select! {
+        acquired = acquire(&client, &args) => acquired,
+        signo = signals.next() => {
+            // `acquire` is dropped by now: being cancel safe, it removes its
+            // place in line in the background. Give that round trip a moment
+            // to reach the server before the process (and its runtime)
+            // ends, so that the next waiter is not held up until the place
+            // expires.
+            tokio::time::sleep(CLEANUP).await;
+            return interrupted(signo);
+        }
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) if error.is_busy() => {
+            return if args.skip_if_locked {
+                eprintln!(
+                    "leasehold: `{}` is held by another owner; skipped",
+                    args.key
+                );
+                OK
+            } else {
+                fail(TEMPFAIL, &error.to_string())
+            };
+        }
+        Err(error) => return lock_failure(&error),
     };
     supervise(guard, &args, &mut signals).await
 }
@@ -252,6 +266,12 @@ fn exit_code(status: ExitStatus) -> u8 {
         (None, Some(signo)) => by_signal(signo),
         (None, None) => SOFTWARE,
     }
+}
+
+/// Stopped by a signal before the command started: as if it had ended us.
+fn interrupted(signo: i32) -> u8 {
+    eprintln!("leasehold: interrupted (signal {signo}) before the command started");
+    by_signal(signo)
 }
 
 /// The exit code of a process ended by signal `signo`, as a shell reports it.

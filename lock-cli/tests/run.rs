@@ -415,3 +415,38 @@ async fn redlock_masters_with_the_usual_flags() {
         .unwrap();
     assert_eq!(code(&out), 69, "{}", text(&out.stderr));
 }
+
+/// SIGTERM while waiting for the lock: the command never runs, the exit is
+/// 143, and the wait's place in line is gone (the next waiter is not held
+/// up by it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_while_waiting_stops_the_wait_and_leaves_the_line() {
+    let server = start().await;
+    let locks = client(&server).await;
+    let held = locks
+        .lock("queue")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let mut child = leasehold()
+        .args(["--url", &server.url(), "run", "queue", "--wait", "60s"])
+        .args(["--", "sh", "-c", "exit 9"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while locks.inspect("queue").await.unwrap().map(|i| i.waiters) != Some(1) {
+        assert!(start.elapsed() < Duration::from_secs(10), "never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&child, libc::SIGTERM);
+    let status = exits(&mut child, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(128 + 15));
+    let info = locks.inspect("queue").await.unwrap().expect("still held");
+    assert_eq!(
+        info.waiters, 0,
+        "the interrupted wait left its place in line"
+    );
+    held.release().await.unwrap();
+}
