@@ -7,13 +7,16 @@
 //! leasehold watch order:42            # a live view, refreshed in place
 //! leasehold --sentinel mymaster --url redis://s1:26379,redis://s2:26379 list
 //! leasehold --url rediss://:pw@redis.internal:6380 --tls-ca ca.crt list
+//! leasehold run nightly-backup --ttl 1m -- ./backup.sh   # a cluster-wide flock
 //! ```
 //!
 //! Exit codes: 0 done, 1 not found (`show` or `release` of a free lock),
 //! 2 usage (including a release refused without confirmation), 3 connection
-//! or server error.
+//! or server error. `run` exits with its command's code, or its own (see
+//! `run.rs`).
 
 mod format;
+mod run;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -34,17 +37,18 @@ const USAGE: u8 = 2;
 /// Exit code: the server(s) could not be reached, or failed.
 const CONNECTION: u8 = 3;
 
-/// See and operate leasehold's distributed locks on Redis.
+/// See and operate leasehold's distributed locks on Redis, and run commands
+/// under one.
 ///
 /// Exit codes: 0 done, 1 not found (show or release of a free lock),
-/// 2 usage, 3 connection or server error.
+/// 2 usage, 3 connection or server error; `run` has its own.
 #[derive(Debug, Parser)]
 #[command(
     name = "leasehold",
     version,
-    about,
+    about = "See and operate leasehold's distributed locks on Redis, and run commands under one",
     long_about = None,
-    after_help = "Exit codes: 0 done, 1 not found (show or release of a free lock), 2 usage, 3 connection or server error."
+    after_help = "Exit codes: 0 done, 1 not found (show or release of a free lock), 2 usage, 3 connection or server error. `leasehold run` exits with its command's code, or 75/69/78/70 (see `leasehold run --help`)."
 )]
 struct Cli {
     #[command(flatten)]
@@ -142,6 +146,23 @@ enum Command {
         #[arg(long, default_value = "1s", value_parser = parse_interval)]
         interval: Duration,
     },
+    /// Run a command while holding KEY, renewed, released when it exits: a
+    /// cluster-wide flock for cron jobs, CI steps and deploy scripts.
+    ///
+    /// The command gets LEASEHOLD_KEY and LEASEHOLD_FENCING_TOKEN in its
+    /// environment, and leasehold exits with its code (128 + the signal's
+    /// number when a signal ended it). SIGINT and SIGTERM go to the command;
+    /// the lock is released after it exits. If the lease is lost meanwhile,
+    /// the command gets SIGTERM, then SIGKILL after --kill-after.
+    #[command(after_help = concat!(
+        "Exit codes: the command's own; 75 busy after --wait (0 with --skip-if-locked, ",
+        "the command not run) or the lease lost while it ran; 69 the servers unreachable ",
+        "or granting nothing for now; 78 misconfigured (password, certificate, URL, key); ",
+        "70 any other failure; 126/127 the command cannot be started / was not found; ",
+        "2 a wrong command line.\n\n",
+        "Example: leasehold --url redis://redis:6379 run nightly-backup --ttl 1m --skip-if-locked -- ./backup.sh",
+    ))]
+    Run(run::RunArgs),
 }
 
 /// A failure with its exit code; the message is already redacted by the
@@ -220,9 +241,14 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             "release takes the lock away from its holder: add --force to confirm that this is meant",
         ));
     }
+    if let Command::Run(args) = cli.command {
+        return Ok(run::run(&cli.global, args).await);
+    }
     let client = connect(&cli.global, &cli.command).await?;
     let json = cli.global.json;
     match cli.command {
+        // Handled above, with its own exit codes.
+        Command::Run(_) => Ok(OK),
         Command::List { pattern } => list(&client, &pattern, json).await,
         Command::Show { key } => show(&client, &key, json).await,
         Command::Release { key, yes, .. } => release(&client, &key, yes, json).await,
@@ -258,6 +284,28 @@ async fn connect(global: &Global, command: &Command) -> Result<LockClient, Failu
 }
 
 async fn connect_with(global: &Global, allow_eviction: bool) -> Result<LockClient, Failure> {
+    open(global, allow_eviction)
+        .await
+        .map_err(|error| match error {
+            Open::Usage(message) => Failure::usage(message),
+            Open::Lock(error) => Failure::from(error),
+        })
+}
+
+/// Why a client could not be made: the command line, or the library.
+enum Open {
+    Usage(String),
+    Lock(LockError),
+}
+
+impl From<LockError> for Open {
+    fn from(error: LockError) -> Open {
+        Open::Lock(error)
+    }
+}
+
+/// A client connected as `global` says.
+async fn open(global: &Global, allow_eviction: bool) -> Result<LockClient, Open> {
     let mut builder = LockClient::builder()
         .prefix(global.prefix.clone())
         .name(format!("leasehold-cli:{}", std::process::id()))
@@ -282,8 +330,9 @@ async fn connect_with(global: &Global, allow_eviction: bool) -> Result<LockClien
         match urls.as_slice() {
             [url] => builder.connect(url).await?,
             _ => {
-                return Err(Failure::usage(
-                    "several URLs need --cluster (seed nodes), --redlock (masters) or --sentinel (sentinels)",
+                return Err(Open::Usage(
+                    "several URLs need --cluster (seed nodes), --redlock (masters) or --sentinel (sentinels)"
+                        .to_owned(),
                 ));
             }
         }
@@ -329,8 +378,8 @@ fn for_operators(message: &str) -> String {
 }
 
 /// The contents of a PEM file given as `option`.
-fn read_pem(option: &str, path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure::usage(format!("{option} {}: {e}", path.display())))
+fn read_pem(option: &str, path: &Path) -> Result<Vec<u8>, Open> {
+    std::fs::read(path).map_err(|e| Open::Usage(format!("{option} {}: {e}", path.display())))
 }
 
 async fn list(client: &LockClient, pattern: &str, json: bool) -> Result<u8, Failure> {

@@ -363,6 +363,10 @@ impl LockRequest {
                     observed.busy(in_line);
                     retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
                     if Instant::now() >= deadline {
+                        // Out of line (and any trace gone) before
+                        // answering, not in the background: the caller may
+                        // exit at once.
+                        waiter.leave().await;
                         return Err(LockError::Busy {
                             key: self.key.clone(),
                         });

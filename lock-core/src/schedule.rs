@@ -41,6 +41,15 @@
 //! whose clock lags behind can compute a slot after the others saw it end. A run
 //! that lasts longer than its slot overlaps the next slot's run, which uses
 //! another key.
+//!
+//! For a cron schedule instead of a fixed period, [`Cron`] gives the slots
+//! between consecutive fires (`cron = "…"` in the attribute).
+
+mod cron;
+
+pub use cron::Cron;
+#[doc(hidden)]
+pub use cron::CronOnce;
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,7 +72,8 @@ tokio::task_local! {
 }
 
 /// One wall-clock period of length `every`: from a multiple of `every` since the
-/// unix epoch, to the next multiple.
+/// unix epoch, to the next multiple; or, from [`Cron::slot_at`], from one fire
+/// of a cron schedule to the next.
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
@@ -103,6 +113,15 @@ impl Slot {
         Slot::at(SystemTime::now(), every)
     }
 
+    /// The slot from `start` (since the unix epoch) lasting `length`, clamped
+    /// as a period is: a cron schedule's slot between two fires.
+    pub(crate) fn spanning(start: Duration, length: Duration) -> Slot {
+        Slot {
+            start,
+            every: clamp(length),
+        }
+    }
+
     /// When the slot starts.
     pub fn start(&self) -> SystemTime {
         UNIX_EPOCH + self.start
@@ -114,7 +133,7 @@ impl Slot {
         UNIX_EPOCH.checked_add(end).unwrap_or_else(|| self.start())
     }
 
-    /// The period.
+    /// The period (for a [`Cron`] slot, the time from its fire to the next).
     pub fn every(&self) -> Duration {
         self.every
     }
@@ -193,8 +212,9 @@ pub fn aligned_interval(every: Duration) -> tokio::time::Interval {
     interval
 }
 
-/// The slot that the current `#[distributed_lock(every = "…")]` body runs
-/// for, or `None` outside such a body (and in tasks it spawns).
+/// The slot that the current `#[distributed_lock(every = "…")]` (or
+/// `cron = "…"`) body runs for, or `None` outside such a body (and in tasks
+/// it spawns). With `cron`, the slot starts at the fire the call runs for.
 ///
 /// ```
 /// use leasehold::schedule;

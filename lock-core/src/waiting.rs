@@ -241,6 +241,23 @@ impl<'a> Waiter<'a> {
         self.backend.admit_grant(self.keys, ttl).await
     }
 
+    /// Gives up without the lock: removes this waiter's traces (its place in
+    /// line, a grant handed to it is passed on) before returning, instead of
+    /// in the background when dropped. A process that exits right after a
+    /// busy answer (a command-line tool, a cron job) would otherwise leave
+    /// its place to hold up the line until it expires.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before the reply, the waiter's drop still
+    /// removes the traces in the background.
+    pub(crate) async fn leave(&mut self) {
+        if self.traces && !self.done {
+            self.backend.abandon(self.keys, self.token).await;
+            self.traces = false;
+        }
+    }
+
     /// The lock is ours and held by a lease: leave quietly.
     pub(crate) fn done(mut self) {
         self.done = true;

@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-use crate::duration;
+use crate::{cron, duration};
 
 mod kw {
     syn::custom_keyword!(key);
@@ -19,6 +19,7 @@ mod kw {
     syn::custom_keyword!(at_least);
     syn::custom_keyword!(max_hold);
     syn::custom_keyword!(every);
+    syn::custom_keyword!(cron);
     syn::custom_keyword!(client);
     syn::custom_keyword!(permits);
     syn::custom_keyword!(read);
@@ -27,7 +28,7 @@ mod kw {
 }
 
 const OPTIONS: &str = "`key`, `keys`, `ttl`, `renew`, `wait`, `at_least`, `max_hold`, `every`, \
-                       `permits`, `read`, `write`, `client`, `crate`";
+                       `cron`, `permits`, `read`, `write`, `client`, `crate`";
 
 /// Collects errors so that they are reported together.
 #[derive(Default)]
@@ -74,6 +75,11 @@ impl DurationOption {
     }
 }
 
+/// `cron = "…"`: a schedule checked at compile time.
+pub(crate) struct CronOption {
+    pub expression: LitStr,
+}
+
 /// The options of one attribute. Options that were given but invalid are `None`
 /// here and reported in `errors`.
 #[derive(Default)]
@@ -85,6 +91,7 @@ pub(crate) struct Args {
     pub at_least: Option<DurationOption>,
     pub max_hold: Option<DurationOption>,
     pub every: Option<DurationOption>,
+    pub cron: Option<CronOption>,
     pub client: Option<Expr>,
     pub krate: Option<Path>,
     /// `permits = N`: a semaphore of N permits on `key`, and the keyword.
@@ -197,6 +204,29 @@ impl Args {
                  already ends after `ttl`",
             ));
         }
+        if let (Some(every), Some(_)) = (&self.every, &self.cron) {
+            self.errors.push(syn::Error::new(
+                every.keyword,
+                "`every` cannot be combined with `cron`: the schedule is either a fixed period \
+                 or a cron expression",
+            ));
+        } else if self.cron.is_some() {
+            if let Some(at_least) = &self.at_least {
+                self.errors.push(syn::Error::new(
+                    at_least.keyword,
+                    "`at_least` cannot be combined with `cron`: `cron` already keeps the key \
+                     until the next fire",
+                ));
+            }
+            if let Some(wait) = &self.wait {
+                self.errors.push(syn::Error::new(
+                    wait.keyword,
+                    "`wait` cannot be combined with `cron`: the lock of a fire is kept until the \
+                     next fire, so a waiting process would run the job a second time for that \
+                     fire; leave `wait` out so that the other processes skip",
+                ));
+            }
+        }
         if self.every.is_some() {
             if let Some(at_least) = &self.at_least {
                 self.errors.push(syn::Error::new(
@@ -246,6 +276,12 @@ impl Args {
                 ));
             }
             self.every = Some(every);
+        } else if input.peek(kw::cron) {
+            let keyword: kw::cron = input.parse()?;
+            seen.first("cron", keyword.span)?;
+            let expression = string_value(input, "cron", keyword.span, "\"0 0 3 * * *\"")?;
+            cron::check(&expression)?;
+            self.cron = Some(CronOption { expression });
         } else if input.peek(kw::renew) {
             let keyword: kw::renew = input.parse()?;
             seen.first("renew", keyword.span)?;
@@ -532,8 +568,8 @@ mod tests {
             errors(quote::quote!(key = "k", timeout = "1s")),
             vec![
                 "unknown option `timeout`; the options are `key`, `keys`, `ttl`, `renew`, \
-                 `wait`, `at_least`, `max_hold`, `every`, `permits`, `read`, `write`, `client`, \
-                 `crate`"
+                 `wait`, `at_least`, `max_hold`, `every`, `cron`, `permits`, `read`, `write`, \
+                 `client`, `crate`"
             ]
         );
         assert_eq!(errors(quote::quote!(key = "k", fn)).len(), 1);
@@ -709,6 +745,56 @@ mod tests {
         );
         assert_eq!(errors(quote::quote!(key = "k", every = "0s")).len(), 1);
         assert_eq!(errors(quote::quote!(key = "k", every = "8761h")).len(), 1);
+    }
+
+    #[test]
+    fn cron() {
+        let args = parse(quote::quote!(key = "k", cron = "0 0 3 * * *", renew));
+        assert!(args.errors.is_empty());
+        assert_eq!(
+            args.cron.map(|c| c.expression.value()).as_deref(),
+            Some("0 0 3 * * *")
+        );
+        let bad = errors(quote::quote!(key = "k", cron = "0 3 * * *"));
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].starts_with("invalid `cron` expression"), "{bad:?}");
+        assert_eq!(
+            errors(quote::quote!(key = "k", cron = 3)),
+            vec!["`cron` takes a string literal, as in `cron = \"0 0 3 * * *\"`"]
+        );
+        assert_eq!(
+            errors(quote::quote!(
+                key = "k",
+                cron = "* * * * * *",
+                at_least = "10s"
+            )),
+            vec![
+                "`at_least` cannot be combined with `cron`: `cron` already keeps the key until \
+                 the next fire"
+            ]
+        );
+        let wait = errors(quote::quote!(key = "k", cron = "* * * * * *", wait = "1s"));
+        assert_eq!(wait.len(), 1);
+        assert!(
+            wait[0].starts_with("`wait` cannot be combined with `cron`"),
+            "{wait:?}"
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", every = "1m", cron = "* * * * * *")),
+            vec![
+                "`every` cannot be combined with `cron`: the schedule is either a fixed period \
+                 or a cron expression"
+            ]
+        );
+        assert_eq!(
+            errors(quote::quote!(
+                key = "k",
+                cron = "* * * * * *",
+                cron = "@daily"
+            ))
+            .len(),
+            1
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         ));
     }
     let mut params = Params::of(&func.sig);
-    if args.every.is_some() {
+    if args.every.is_some() || args.cron.is_some() {
         params = params.with_slot(local("__lh_slot"));
     }
     let mut check = |lit: &syn::LitStr| match template::check(lit, &params) {
@@ -170,16 +170,33 @@ fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
         let d = max_hold.to_tokens();
         options.extend(quote!(.max_hold(#d)));
     }
-    // `every`: the slot is computed before anything else, so that the key is
-    // kept from before the acquisition until the slot ends.
-    let slot_init = match &args.every {
-        Some(every) => {
+    // `every` and `cron`: the slot is computed before anything else, so that
+    // the key is kept from before the acquisition until the slot ends (with
+    // `cron`, until the next fire).
+    let slot_init = match (&args.every, &args.cron) {
+        (Some(every), _) => {
             let d = every.to_tokens();
-            options.extend(quote!(.at_least(#krate::schedule::Slot::keep_for(&#slot))));
             quote!(let #slot = #krate::schedule::Slot::now(#d);)
         }
-        None => TokenStream::new(),
+        (None, Some(cron)) => {
+            // Read once per function, at its first call; the expression was
+            // checked above, so the error arm is for a mismatch of versions.
+            let expression = &cron.expression;
+            let schedule = Ident::new("__LH_SCHEDULE", Span::mixed_site());
+            quote! {
+                static #schedule: #krate::schedule::CronOnce =
+                    #krate::schedule::CronOnce::new(#expression);
+                let #slot = match #schedule.slot_now() {
+                    ::core::result::Result::Ok(#value) => #value,
+                    ::core::result::Result::Err(#error) => return #fallback(#error),
+                };
+            }
+        }
+        (None, None) => TokenStream::new(),
     };
+    if !slot_init.is_empty() {
+        options.extend(quote!(.at_least(#krate::schedule::Slot::keep_for(&#slot))));
+    }
 
     // Pins the output type of the body's async block to the declared return type, so
     // that `?` and `return` inside the body convert exactly as in the original fn.
@@ -210,7 +227,7 @@ fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
     let mut body = Group::new(Delimiter::Brace, quote!(#(#stmts)*));
     body.set_span(block.brace_token.span.join().resolved_at(Span::call_site()));
     let mut future = quote!(async move { #pin_output #body });
-    if args.every.is_some() {
+    if !slot_init.is_empty() {
         // `leasehold::schedule::current_slot()` in the body.
         future = quote!(#krate::schedule::with_slot(#slot, #future));
     }
@@ -404,6 +421,31 @@ mod tests {
         ] {
             assert!(out.contains(part), "missing {part}\nin {out}");
         }
+    }
+
+    #[test]
+    fn cron_keys_by_the_latest_fire_and_keeps_it() {
+        let out = expand_str(
+            quote!(key = "nightly:<region>", cron = "0 0 3 * * *"),
+            quote!(
+                async fn nightly(region: &str) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        for part in [
+            "static __LH_SCHEDULE : :: leasehold :: schedule :: CronOnce = :: leasehold :: \
+             schedule :: CronOnce :: new (\"0 0 3 * * *\") ;",
+            "let __lh_slot = match __LH_SCHEDULE . slot_now () {",
+            "return < Result < () , E > as :: leasehold :: LockFallback > :: from_lock_error \
+             (__lh_error)",
+            ":: std :: format ! (\"nightly:{}:{}\" , region , __lh_slot . id ())",
+            ". at_least (:: leasehold :: schedule :: Slot :: keep_for (& __lh_slot))",
+            ":: leasehold :: schedule :: with_slot (__lh_slot , async move {",
+        ] {
+            assert!(out.contains(part), "missing {part}\nin {out}");
+        }
+        assert!(!out.contains("compile_error"));
     }
 
     #[test]

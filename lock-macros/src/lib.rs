@@ -8,6 +8,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attr;
+mod cron;
 mod duration;
 mod expand;
 mod template;
@@ -59,6 +60,7 @@ use proc_macro::TokenStream;
 /// | `at_least = "30s"` | keep the key this long after the start, even if the body finishes sooner | off |
 /// | `max_hold = "10m"` | with `renew`: stop renewing this long after the start | off |
 /// | `every = "1m"` | key the lock by its wall-clock slot: [once per period](#every--1m) across processes | off |
+/// | `cron = "0 0 3 * * *"` | key the lock by the cron schedule's latest fire: [once per fire](#cron--0-0-3---) across processes | off |
 /// | `client = expr` | the `LockClient` to use | the global client |
 /// | `crate = "path"` | the path of the `leasehold` crate in generated code | `"::leasehold"` |
 ///
@@ -77,8 +79,8 @@ use proc_macro::TokenStream;
 /// - a name bound by a parameter written as a pattern can be used too:
 ///   `Path(id): Path<u64>` gives `<id>`, `Point { x, y }: Point` gives `<x>` and
 ///   `<y>`, `(a, b): (u8, u8)` gives `<a>` and `<b>`;
-/// - with [`every`](#every--1m), `<slot>` is the slot (appended as `:<slot>` when
-///   the key does not place it);
+/// - with [`every`](#every--1m) or [`cron`](#cron--0-0-3---), `<slot>` is the
+///   slot (appended as `:<slot>` when the key does not place it);
 /// - `<<` and `>>` are a literal `<` and `>`;
 /// - `}` is not allowed in a key (leasehold wraps keys in a Redis Cluster hash tag);
 ///   `{id}`, as in `format!`, is an error that says to write `<id>`.
@@ -313,6 +315,55 @@ use proc_macro::TokenStream;
 /// # }
 /// ```
 ///
+/// ## `cron = "0 0 3 * * *"`
+///
+/// Run a job **once per fire of a cron schedule across processes**, whatever
+/// calls it on each instance (tokio-cron-scheduler, apalis-cron, a timer).
+/// The key names the schedule's latest fire at or before the call
+/// (`<key>:<fire time in unix seconds>`, or where the key says `<slot>`), and
+/// the lock is kept until the next fire, even when the body finished sooner:
+/// the first instance to call for a fire runs the job, the others skip.
+/// Instances whose clocks differ by less than the gap between fires agree on
+/// the key. Inside the body, `leasehold::schedule::current_slot()` is the
+/// span from the fire to the next one.
+///
+/// The expression has six fields, **seconds first** as in
+/// tokio-cron-scheduler (`sec min hour day-of-month month day-of-week`, an
+/// optional seventh for the year), in UTC: `"0 0 3 * * *"` is 03:00:00
+/// every day, `"0 */15 * * * MON-FRI"` every quarter hour on weekdays,
+/// `"*/2 * * * * *"` every two seconds. It is read by the `croner` crate,
+/// the one tokio-cron-scheduler uses, with the same settings, so a string
+/// means the same schedule in both (weekdays from Sunday = 0, `L`, `W`, `#`,
+/// `@daily`). A bad expression, or one that never fires (`"0 0 0 30 2 *"`),
+/// is a compile error at the string. `cron` cannot be combined with
+/// `every`, `wait` (a waiting instance would run the fire again) or
+/// `at_least` (it sets it).
+///
+/// Call at or after the fire time: a call a moment before it (a timer that
+/// fires early by its own clock) belongs to the previous fire.
+///
+/// ```
+/// use leasehold::{distributed_lock, LockClient, LockError, schedule};
+///
+/// #[distributed_lock(key = "nightly-export", cron = "0 0 3 * * *", ttl = "1m", renew)]
+/// async fn nightly_export() -> Result<u64, LockError> {
+///     // Keyed "nightly-export:<today's 03:00 UTC in unix seconds>".
+///     Ok(schedule::current_slot().map_or(0, |slot| slot.id()))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// let fired = nightly_export().await.expect("the first call for the fire runs");
+/// assert_eq!(fired % 86_400, 3 * 3600);
+/// // Any later call before tomorrow's 03:00, from any instance, skips.
+/// let cron = schedule::Cron::parse("0 0 3 * * *").expect("a valid expression");
+/// if cron.slot_now().map(|slot| slot.id()) == Ok(fired) {
+///     assert!(matches!(nightly_export().await, Err(LockError::Busy { .. })));
+/// }
+/// # }
+/// ```
+///
 /// ## `client = expr`
 ///
 /// The `LockClient` to use, instead of the global one set by
@@ -411,7 +462,8 @@ use proc_macro::TokenStream;
 /// together: a non-`async` fn, an unknown or duplicate option, a missing `key`, a
 /// bad, too short or too long duration, a placeholder naming no parameter (with
 /// the names it could use), a `format!`-style `{id}` in a key, `renew` given a
-/// value, `max_hold` without `renew`, `every` with `wait` or `at_least`, an
+/// value, `max_hold` without `renew`, `every` with `wait` or `at_least`, a bad
+/// `cron` expression, `cron` with `every`, `wait` or `at_least`, an
 /// unsupported return type. A placeholder's field that does not exist
 /// (`<order.idd>`) is rustc's error, at the key. Only these errors are shown: the
 /// function is then left as written, without warnings about parameters that only

@@ -243,7 +243,7 @@ pub(crate) struct Params {
     /// Parameters that bind no name a key can use (`_: T`, `Path(_): Path<T>`,
     /// macro patterns), as written.
     unnamed: Vec<String>,
-    /// With `every`: the local holding the schedule slot, named by `<slot>`.
+    /// With `every` or `cron`: the local holding the schedule slot, named by `<slot>`.
     slot: Option<Ident>,
 }
 
@@ -275,7 +275,7 @@ impl Params {
         params
     }
 
-    /// With `every`: `<slot>` names the schedule slot held in `local`.
+    /// With `every` or `cron`: `<slot>` names the schedule slot held in `local`.
     pub(crate) fn with_slot(mut self, local: Ident) -> Params {
         self.slot = Some(local);
         self
@@ -304,7 +304,7 @@ impl Params {
             )
         };
         if self.slot.is_some() {
-            text.push_str("; with `every`, `<slot>` is the schedule slot");
+            text.push_str("; with `every` or `cron`, `<slot>` is the schedule slot");
         }
         if let Some(pattern) = self.unnamed.first() {
             text.push_str(&format!(
@@ -470,13 +470,14 @@ fn resolve(placeholder: &Placeholder, params: &Params, span: Span) -> Result<Tok
     } else if let (true, Some(slot)) = (placeholder.root == "slot", &params.slot) {
         if !placeholder.fields.is_empty() {
             return Err(format!(
-                "placeholder `{placeholder}`: `<slot>` is the schedule slot of `every` (its start \
-                 in unix seconds) and has no fields; write `<slot>`"
+                "placeholder `{placeholder}`: `<slot>` is the schedule slot of `every` or `cron` \
+                 (its start in unix seconds) and has no fields; write `<slot>`"
             ));
         }
         if params.binding("slot").is_some() {
             return Err(format!(
-                "placeholder `<slot>` is ambiguous: with `every` it is the schedule slot, but \
+                "placeholder `<slot>` is ambiguous: with `every` or `cron` it is the schedule \
+                 slot, but \
                  `{}` also has a parameter `slot`; rename the parameter",
                 params.fn_name
             ));
@@ -485,7 +486,7 @@ fn resolve(placeholder: &Placeholder, params: &Params, span: Span) -> Result<Tok
     } else {
         let Some(ident) = params.binding(&placeholder.root) else {
             let hint = if placeholder.root == "slot" {
-                " (`<slot>` names the schedule slot only with `every = \"1m\"`)"
+                " (`<slot>` names the schedule slot only with `every = \"1m\"` or `cron = \"…\"`)"
             } else {
                 ""
             };
@@ -920,8 +921,8 @@ mod tests {
         assert_eq!(
             errors("r:<slot>", "async fn f(slot: u8)"),
             vec![
-                "placeholder `<slot>` is ambiguous: with `every` it is the schedule slot, but `f` \
-                 also has a parameter `slot`; rename the parameter"
+                "placeholder `<slot>` is ambiguous: with `every` or `cron` it is the schedule \
+                 slot, but `f` also has a parameter `slot`; rename the parameter"
             ]
         );
         assert_eq!(errors("r:<slot.x>", "async fn f()").len(), 1);
@@ -929,7 +930,7 @@ mod tests {
             errors("r:<nope>", "async fn f(n: u8)"),
             vec![
                 "placeholder `<nope>` names no parameter of `f`; the parameters of `f` are `n`; \
-                 with `every`, `<slot>` is the schedule slot"
+                 with `every` or `cron`, `<slot>` is the schedule slot"
             ]
         );
         // Without `every`, `<slot>` is an ordinary placeholder.
@@ -937,7 +938,7 @@ mod tests {
             rejection("r:<slot>", "async fn f(n: u8)"),
             vec![
                 "placeholder `<slot>` names no parameter of `f` (`<slot>` names the schedule \
-                 slot only with `every = \"1m\"`); the parameters of `f` are `n`"
+                 slot only with `every = \"1m\"` or `cron = \"…\"`); the parameters of `f` are `n`"
             ]
         );
         assert_eq!(

@@ -856,3 +856,57 @@ async fn many_fast_grants_recorded(native: bool) {
         guard.release().await.unwrap();
     }
 }
+
+/// A wait that runs out leaves the line before it answers `Busy`, not in the
+/// background: a process that exits right after (the `leasehold run`
+/// command, a cron job) must not leave a place that holds up the next
+/// acquirer until it expires.
+#[tokio::test]
+async fn a_wait_that_runs_out_has_left_the_line_when_it_answers() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .lock("line")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    // In a runtime of its own, dropped as soon as `acquire` answers: nothing
+    // it would have left to the background runs.
+    let busy = std::thread::spawn(move || {
+        runtime.block_on(async {
+            let waiter = LockClient::connect(&url).await.unwrap();
+            waiter
+                .lock("line")
+                .wait(Duration::from_millis(200))
+                .acquire()
+                .await
+                .map(drop)
+        })
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let info = holder.inspect("line").await.unwrap().expect("still held");
+    assert_eq!(info.waiters, 0, "the place in line outlived the wait");
+    // The next waiter is handed the lock at the release, not after the
+    // old place expires.
+    let next = holder.clone();
+    let waiting = tokio::spawn(async move {
+        next.lock("line")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .map(drop)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    assert!(waiting.await.unwrap().is_ok());
+    assert!(released.elapsed() < Duration::from_secs(10));
+}

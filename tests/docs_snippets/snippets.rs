@@ -132,8 +132,39 @@ Ok(())
 }
 }
 
-/// docs/frameworks.md:124
+/// docs/frameworks.md:115
 mod snippet_5 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use leasehold::distributed_lock;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+// 03:00:00 UTC every day. Keyed "nightly-export:<that fire in unix seconds>"
+// and kept until the next fire: the first instance runs it, the others skip.
+#[distributed_lock(key = "nightly-export", cron = "0 0 3 * * *", ttl = "1m", renew)]
+async fn nightly_export() -> Result<(), LockError> { Ok(()) }
+
+let scheduler = JobScheduler::new().await?;
+scheduler
+    .add(Job::new_async("0 0 3 * * *", |_id, _scheduler| {
+        Box::pin(async {
+            match nightly_export().await {
+                Ok(()) => {}
+                Err(e) if e.is_busy() => {} // another instance has this fire
+                Err(e) => eprintln!("nightly export did not run: {e}"),
+            }
+        })
+    })?)
+    .await?;
+scheduler.start().await?;
+
+Ok(())
+}
+}
+
+/// docs/frameworks.md:229
+mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -154,7 +185,7 @@ Ok(())
 }
 
 /// docs/operations.md:9
-mod snippet_6 {
+mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -173,7 +204,7 @@ Ok(())
 }
 
 /// docs/recipes.md:8
-mod snippet_7 {
+mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -234,8 +265,8 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:91
-mod snippet_8 {
+/// docs/recipes.md:93
+mod snippet_9 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -268,8 +299,8 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:143
-mod snippet_9 {
+/// docs/recipes.md:145
+mod snippet_10 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -297,14 +328,14 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:193
-mod snippet_10 {
+/// docs/recipes.md:199
+mod snippet_11 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
 use tokio_cron_scheduler::{Job, JobScheduler};
 
-#[leasehold::distributed_lock(key = "cleanup", every = "5m")]
+#[leasehold::distributed_lock(key = "cleanup", cron = "0 */5 * * * *")]
 async fn cleanup() { /* ... */ }
 
 let scheduler = JobScheduler::new().await?;
@@ -317,8 +348,8 @@ Ok(())
 }
 }
 
-/// docs/recipes.md:215
-mod snippet_11 {
+/// docs/recipes.md:221
+mod snippet_12 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -359,7 +390,7 @@ Ok(())
 }
 
 /// docs/testing.md:27
-mod snippet_12 {
+mod snippet_13 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -391,7 +422,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_13 {
+mod snippet_14 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -410,7 +441,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_14 {
+mod snippet_15 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
