@@ -76,8 +76,35 @@ Ok(())
 }
 }
 
-/// docs/frameworks.md:19
+/// README.md:96
 mod snippet_3 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+use axum::{Router, body::Body, http::Request, routing::post};
+use leasehold::{distributed_lock, tower::LockLayer};
+
+// tower / axum / tonic (feature `tower`): one request per order at a time;
+// 409 when busy, 503 (with Retry-After) when Redis cannot serve it now.
+async fn pay() -> &'static str { "paid" }
+let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+let app: Router = Router::new().route("/orders/{id}/pay", post(pay)).layer(
+    LockLayer::new(client.clone(), |req: &Request<Body>| {
+        req.uri().path().strip_prefix("/orders/").map(|id| format!("order:{id}"))
+    })
+    .wait(Duration::from_secs(2)),
+);
+
+// Called by any scheduler on every instance: each cron fire runs once.
+#[distributed_lock(key = "nightly-export", cron = "0 0 3 * * *", ttl = "1m", renew)]
+async fn nightly_export() { todo!() }
+
+Ok(())
+}
+}
+
+/// docs/frameworks.md:19
+mod snippet_4 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -118,7 +145,7 @@ Ok(())
 }
 
 /// docs/frameworks.md:95
-mod snippet_4 {
+mod snippet_5 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -133,7 +160,7 @@ Ok(())
 }
 
 /// docs/frameworks.md:115
-mod snippet_5 {
+mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -164,7 +191,7 @@ Ok(())
 }
 
 /// docs/frameworks.md:229
-mod snippet_6 {
+mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -185,7 +212,7 @@ Ok(())
 }
 
 /// docs/operations.md:9
-mod snippet_7 {
+mod snippet_8 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -204,7 +231,7 @@ Ok(())
 }
 
 /// docs/recipes.md:8
-mod snippet_8 {
+mod snippet_9 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -266,7 +293,7 @@ Ok(())
 }
 
 /// docs/recipes.md:93
-mod snippet_9 {
+mod snippet_10 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -300,7 +327,7 @@ Ok(())
 }
 
 /// docs/recipes.md:145
-mod snippet_10 {
+mod snippet_11 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -329,7 +356,7 @@ Ok(())
 }
 
 /// docs/recipes.md:199
-mod snippet_11 {
+mod snippet_12 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -349,7 +376,7 @@ Ok(())
 }
 
 /// docs/recipes.md:221
-mod snippet_12 {
+mod snippet_13 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -390,7 +417,7 @@ Ok(())
 }
 
 /// docs/testing.md:27
-mod snippet_13 {
+mod snippet_14 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -422,7 +449,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_14 {
+mod snippet_15 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -441,7 +468,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_15 {
+mod snippet_16 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
