@@ -84,7 +84,6 @@ async fn line_goes_on(kind: &str, freeze: bool) {
         freeze_process(pid);
     } else {
         child.kill().expect("kill -9 the waiting process");
-        let _ = child.wait();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await.expect("the holder releases");
@@ -95,9 +94,9 @@ async fn line_goes_on(kind: &str, freeze: bool) {
     let got = tokio::time::timeout(bound, live).await;
     if freeze {
         thaw_process(pid);
-        let _ = child.kill();
-        let _ = child.wait();
     }
+    let _ = child.kill();
+    let _ = child.wait();
     let guard = got
         .unwrap_or_else(|_| {
             panic!("{kind}: the live waiter was not served within {bound:?} of the release")
