@@ -34,7 +34,7 @@
 //! Read with `INFO` (not `CONFIG GET`, which managed services often disable).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -46,9 +46,16 @@ use tokio::time::Instant;
 
 use crate::backend::ServerChange;
 use crate::backend::connect::backend_error;
-use crate::backend::scripts::{Natives, Offered};
+use crate::backend::scripts::Offered;
 use crate::config::GateSettings;
 use crate::error::{LockError, LostCause};
+
+mod asks;
+mod identity;
+
+use asks::{Asks, KeyHash};
+pub(crate) use identity::Identity;
+use identity::evicts;
 
 /// How many keys' asks are kept before the expired ones are swept out.
 const SWEEP_AT: usize = 1024;
@@ -110,16 +117,6 @@ pub(crate) enum Admission {
     /// change (its lock key is there): then call [`Gate::survived`] and go
     /// on; otherwise return the error.
     Check(LockError),
-}
-
-/// What `INFO` says that matters here.
-#[derive(Debug, Default)]
-pub(crate) struct Identity {
-    run_id: Option<String>,
-    uptime: Option<Duration>,
-    policy: Option<String>,
-    /// What its name and version say it offers (all nodes of a cluster).
-    natives: Option<Natives>,
 }
 
 impl Gate {
@@ -528,129 +525,8 @@ fn tag_of(run_id: &str) -> Option<u64> {
     u64::from_str_radix(run_id.get(..16)?, 16).ok()
 }
 
-/// The leases one key was asked for, each with when it was last asked:
-/// almost always one lease length per key, kept without a heap allocation.
-enum Asks {
-    One((Duration, Instant)),
-    Many(Vec<(Duration, Instant)>),
-}
-
-impl Asks {
-    fn ask(&mut self, ttl: Duration, now: Instant) {
-        match self {
-            Asks::One((lease, at)) if *lease == ttl => *at = now,
-            Asks::One(first) => *self = Asks::Many(vec![*first, (ttl, now)]),
-            Asks::Many(asks) => match asks.iter_mut().find(|(lease, _)| *lease == ttl) {
-                Some((_, at)) => *at = now,
-                None => asks.push((ttl, now)),
-            },
-        }
-    }
-
-    fn all(&self) -> &[(Duration, Instant)] {
-        match self {
-            Asks::One(ask) => std::slice::from_ref(ask),
-            Asks::Many(asks) => asks,
-        }
-    }
-
-    /// The longest of these leases that could still run at `now`.
-    fn longest_running(&self, now: Instant) -> Option<Duration> {
-        self.all()
-            .iter()
-            .filter(|&&(lease, at)| at + lease > now)
-            .map(|&(lease, _)| lease)
-            .max()
-    }
-
-    /// Forget the leases that ran out by `now`; false when none is left.
-    fn running(&mut self, now: Instant) -> bool {
-        match self {
-            Asks::One((lease, at)) => *at + *lease > now,
-            Asks::Many(asks) => {
-                asks.retain(|&(lease, at)| at + lease > now);
-                !asks.is_empty()
-            }
-        }
-    }
-}
-
-/// The hasher of maps whose keys are already hashes (`State::hash`).
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; fold anything else in, to stay correct.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type KeyHash = BuildHasherDefault<Prehashed>;
-
 fn later(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.max(b)))
-}
-
-/// Whether a `maxmemory-policy` can evict keys that have a TTL.
-fn evicts(policy: &str) -> bool {
-    policy.starts_with("allkeys-") || policy.starts_with("volatile-")
-}
-
-impl Identity {
-    /// From an `INFO` reply: one server's text, or (Cluster) one per node,
-    /// in which case the most restrictive wins.
-    fn from_info(info: &Value) -> Identity {
-        let mut identity = Identity::default();
-        let mut texts = Vec::new();
-        collect_texts(info, &mut texts);
-        identity.natives = Natives::common(&texts);
-        for text in texts {
-            for line in text.lines() {
-                let Some((field, value)) = line.trim().split_once(':') else {
-                    continue;
-                };
-                match field {
-                    "run_id" => identity.run_id = Some(value.to_owned()),
-                    "uptime_in_seconds" => {
-                        let uptime = value.parse().ok().map(Duration::from_secs);
-                        identity.uptime = match (identity.uptime, uptime) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
-                    }
-                    "maxmemory_policy" if identity.policy.as_deref().is_none_or(|p| !evicts(p)) => {
-                        identity.policy = Some(value.to_owned());
-                    }
-                    _ => {}
-                }
-            }
-        }
-        identity
-    }
-}
-
-fn collect_texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => out.push(text.clone()),
-        Value::VerbatimString { text, .. } => out.push(text.clone()),
-        Value::Array(items) | Value::Set(items) => {
-            items.iter().for_each(|item| collect_texts(item, out));
-        }
-        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, out)),
-        _ => {}
-    }
 }
 
 #[cfg(test)]
