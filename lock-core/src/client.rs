@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
+use crate::election::Election;
 use crate::error::LockError;
 use crate::family::{RwLock, Shape, sorted_keys};
 use crate::info::{Holder, LockInfo, LockKind};
@@ -274,6 +275,16 @@ impl LockClient {
         LockRequest::shaped(self.shared.clone(), first, Shape::All(keys))
     }
 
+    /// The election named `name` (see [`Election`]): campaign for it, see
+    /// who leads, run work while leading. Cheap: nothing is sent until
+    /// used. The name is its own namespace, apart from lock keys:
+    /// `lock("scheduler")` and `election("scheduler")` never collide. It
+    /// follows the rules of a lock key (not empty, at most
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, no `}`).
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.shared.clone(), name.into())
+    }
+
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
         &self.shared.settings.prefix
@@ -428,6 +439,7 @@ impl LockClient {
                 settings: builder.settings.client.for_new_client(),
                 watchdog: Arc::new(Watchdog::new(backend.clone())),
                 backend,
+                candidacies: Default::default(),
             }),
         }
     }

@@ -89,6 +89,7 @@
 mod backend;
 mod client;
 mod config;
+mod election;
 mod error;
 mod fallback;
 mod family;
@@ -101,6 +102,7 @@ pub mod observability;
 mod reentrancy;
 mod request;
 pub mod schedule;
+mod standing;
 mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -111,6 +113,7 @@ mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use config::DEFAULT_PREFIX;
+pub use election::{Election, Leadership};
 pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
 pub use family::RwLock;
@@ -133,4 +136,13 @@ pub mod __private {
     };
     pub use crate::client::LockClient;
     pub use crate::global::global_client;
+
+    /// The body of a `#[leader_only]` function: run if this client leads
+    /// `election` now (its background campaign starts at the first call).
+    pub async fn leader_only<F: core::future::Future>(
+        election: crate::Election,
+        body: F,
+    ) -> Result<F::Output, crate::LockError> {
+        election.run_if_leading(body).await
+    }
 }

@@ -138,9 +138,13 @@ impl<'a> Release<'a> {
 /// acquisition and held by every lease: one string, not five).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// Where the key as the user gave it starts in `names` (it ends at
-    /// `stem - 1`): see [`LockKeys::key`].
+    /// Where the key as the user gave it starts in `names`: see
+    /// [`LockKeys::key`].
     key_at: usize,
+    /// Where it ends (`stem - 1` for a lock: the `}` before the suffixes;
+    /// `stem` for an election, whose key includes the `}:election` that no
+    /// user key can contain).
+    key_end: usize,
     /// The five names, in the order of [`SUFFIXES`].
     names: Box<str>,
     /// The length of `P{K}`, the stem every name starts with.
@@ -149,6 +153,9 @@ pub(crate) struct LockKeys {
     /// [`LockKeys::of_kind`]).
     pub(crate) kind: family::Kind,
 }
+
+/// What follows `P{name}` in every Redis name of an election.
+const ELECTION: &str = ":election";
 
 /// The names' suffixes, in their order in [`LockKeys`]'s `names`.
 const SUFFIXES: [&str; 5] = [":lock", ":fence", ":line", ":places", ":released"];
@@ -168,10 +175,44 @@ impl LockKeys {
         }
         LockKeys {
             key_at: prefix.len() + 1,
+            key_end: stem - 1,
             names: names.into_boxed_str(),
             stem,
             kind: family::Kind::Lock,
         }
+    }
+
+    /// The names of the election `name`: those of a plain lock whose stem
+    /// is `P{name}:election` (`P{name}:election:lock`, `…:fence`, …), in
+    /// the hash slot of `name`. No lock key can make that stem (a key
+    /// cannot contain `}`), so an election never shares a name with a
+    /// lock. Its key, as [`key`](Self::key) gives it, is `name}:election`:
+    /// for the same reason distinct from every lock key (in the restart
+    /// gate's per-key records, re-entry and messages alike).
+    pub(crate) fn election(prefix: &str, name: &str) -> LockKeys {
+        let stem = prefix.len() + name.len() + 2 + ELECTION.len();
+        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
+        let mut names = String::with_capacity(stem * SUFFIXES.len() + suffixes);
+        for suffix in SUFFIXES {
+            names.push_str(prefix);
+            names.push('{');
+            names.push_str(name);
+            names.push('}');
+            names.push_str(ELECTION);
+            names.push_str(suffix);
+        }
+        LockKeys {
+            key_at: prefix.len() + 1,
+            key_end: stem,
+            names: names.into_boxed_str(),
+            stem,
+            kind: family::Kind::Lock,
+        }
+    }
+
+    /// The election's name, for an election's names (`None` for a lock's).
+    pub(crate) fn election_name(&self) -> Option<&str> {
+        self.key().strip_suffix(ELECTION)?.strip_suffix('}')
     }
 
     /// The names of `key` for a primitive of the lock family.
@@ -185,7 +226,7 @@ impl LockKeys {
     /// The key as the user gave it (without prefix), for messages.
     pub(crate) fn key(&self) -> &str {
         self.names
-            .get(self.key_at..self.stem - 1)
+            .get(self.key_at..self.key_end)
             .unwrap_or_default()
     }
 
