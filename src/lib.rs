@@ -105,6 +105,7 @@ pub use leasehold_core::{Election, Leadership};
 // No doc comment here: the macro's own documentation (summary, options, runnable
 // examples, tested by `cargo test --doc -p leasehold-macros`) shows as is.
 pub use leasehold_macros::distributed_lock;
+pub use leasehold_macros::leader_only;
 
 /// Items used by the code `#[distributed_lock]` generates. Not public API.
 #[doc(hidden)]

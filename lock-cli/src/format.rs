@@ -30,12 +30,13 @@ pub fn info_json(info: &LockInfo) -> serde_json::Value {
     })
 }
 
-/// `lock`, `semaphore`, `read` or `write`.
+/// `lock`, `semaphore`, `read`, `write` or `election`.
 pub fn kind(info: &LockInfo) -> &'static str {
     match info.kind {
         LockKind::Semaphore => "semaphore",
         LockKind::Read => "read",
         LockKind::Write => "write",
+        LockKind::Election => "election",
         _ => "lock",
     }
 }

@@ -345,6 +345,10 @@ impl LockClient {
     /// majority say so). A lock taken or released during the walk may or
     /// may not be listed.
     ///
+    /// Elections whose names match are listed too, with
+    /// [`LockKind::Election`] as `kind` and the election's name as `key`
+    /// (the holder is the leader, the fencing token its term).
+    ///
     /// Only leasehold's locks are listed. A matching key that is not one is
     /// left out and logged (WARN, naming the Redis key), so that it cannot
     /// hide the others: a value of another type at a lock's names (a hash
@@ -446,6 +450,12 @@ impl LockClient {
 }
 
 fn into_info(found: Inspected) -> LockInfo {
+    let shown = crate::backend::shown_key(&found.key);
+    if shown != found.key {
+        // An election's: shown by its name.
+        let name = shown.to_owned();
+        return crate::election::info_of(&name, found);
+    }
     let info = LockInfo::new(
         found.key,
         &found.token,

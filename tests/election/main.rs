@@ -10,6 +10,7 @@ mod support;
 #[allow(dead_code)]
 mod fixture;
 
+mod leader_only;
 mod processes;
 mod redis_only;
 mod semantics;

@@ -204,6 +204,26 @@ async fn elections_and_locks_never_collide(fixture: Fixture) {
     assert_eq!(leader.kind, LockKind::Election);
     assert_eq!(leader.fencing_token, lead.term());
 
+    // Both are listed, each with its kind.
+    for pattern in ["*", "shared-*", "shared-name"] {
+        let listed: Vec<(String, LockKind, u64)> = client
+            .list(pattern)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|info| (info.key, info.kind, info.fencing_token))
+            .collect();
+        assert!(
+            listed.contains(&("shared-name".into(), LockKind::Lock, guard.fencing_token())),
+            "{pattern}: {listed:?}"
+        );
+        assert!(
+            listed.contains(&("shared-name".into(), LockKind::Election, lead.term())),
+            "{pattern}: {listed:?}"
+        );
+    }
+    assert!(client.list("other*").await.unwrap().is_empty());
+
     // Releasing one leaves the other.
     guard.release().await.unwrap();
     assert!(lead.is_leader());
