@@ -73,6 +73,12 @@
 //! plain lock is a `WRONGTYPE`; its waiters keep their kind in `P{K}:places`.
 //! [`LockClient::lock_all`] writes each of its keys exactly as a lock.
 //!
+//! An election ([`LockClient::election`]) named `E` is a plain lock whose
+//! names are `P{E}:election:lock`, `P{E}:election:fence`, … (the same
+//! suffixes after `P{E}:election`): no lock key can produce them, since a
+//! key cannot contain `}`, so a lock and an election of the same name never
+//! meet; both live in the slot of `E`.
+//!
 //! # Code map
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →
