@@ -14,3 +14,4 @@ mod leader_only;
 mod processes;
 mod redis_only;
 mod semantics;
+mod topologies;
