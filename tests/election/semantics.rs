@@ -430,3 +430,24 @@ async fn bad_names_are_refused(fixture: Fixture) {
     // Nothing is left behind by a refused call.
     wait_until("nothing is left", || true).await;
 }
+
+/// The shapes SPEC promises: `Election` is `Clone + Send + Sync`,
+/// `Leadership` is `Send + 'static`, and their futures are `Send` (they are
+/// spawned). Compiled, never run.
+#[allow(dead_code)]
+fn shapes(election: leasehold::Election) {
+    fn clone_send_sync<T: Clone + Send + Sync>(_: &T) {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    clone_send_sync(&election);
+    send(&election.campaign());
+    send(&election.leader());
+    send(&election.watch());
+    send(&election.run_while_leader(|term| async move { term }));
+    let lead: Option<leasehold::Leadership> = None;
+    send_static(&lead);
+    if let Some(lead) = lead {
+        send(&lead.lost());
+        send_static(&lead.resign());
+    }
+}
