@@ -41,6 +41,15 @@ pub fn kind(info: &LockInfo) -> &'static str {
     }
 }
 
+/// The key column: the key, and for an election (whose name is its own
+/// namespace, apart from a lock of the same key) a mark that says so.
+fn key_cell(info: &LockInfo) -> String {
+    match info.kind {
+        LockKind::Election => format!("{} (election)", info.key),
+        _ => info.key.clone(),
+    }
+}
+
 /// The holder column: the name, and how many more hold it (a semaphore's
 /// permits, read shares).
 fn holder_cell(info: &LockInfo) -> String {
@@ -69,7 +78,7 @@ pub fn table(infos: &[LockInfo]) -> String {
         .iter()
         .map(|info| {
             [
-                info.key.clone(),
+                key_cell(info),
                 holder_cell(info),
                 ttl(info.ttl),
                 info.fencing_token.to_string(),

@@ -11,6 +11,7 @@ use crate::support::{RedisCluster, RedisServer};
 /// terms increase; the leader and the listing agree.
 async fn hand_over(first: LockClient, second: LockClient) {
     let name = "topology";
+    let mut watch = first.election(name).watch().await.unwrap();
     let lead = first.election(name).campaign().await.unwrap();
     let standby = tokio::spawn(async move { second.election(name).campaign().await.unwrap() });
     // Give the standby time to start waiting (Redlock keeps no line to see).
@@ -32,6 +33,14 @@ async fn hand_over(first: LockClient, second: LockClient) {
         .unwrap()
         .unwrap();
     assert!(next.term() > old);
+    let term = next.term();
+    let seen = tokio::time::timeout(
+        Duration::from_secs(10),
+        watch.wait_for(|now| now.as_ref().map(|i| i.fencing_token) == Some(term)),
+    )
+    .await
+    .is_ok();
+    assert!(seen, "the watcher saw the handover");
     assert_eq!(
         first
             .election(name)
