@@ -534,10 +534,10 @@ impl Leadership {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        let key = guard.lease().keys.clone();
+        let keys = guard.lease().keys.clone();
         let result = guard.release().await;
-        self.tell_watchers();
-        result.map_err(|error| error.renamed(key.key(), &self.name))
+        (self.backend.wakeups()).wake_observers(keys.channel());
+        result.map_err(|error| error.renamed(keys.key(), &self.name))
     }
 
     fn lease(&self) -> Option<&Arc<Lease>> {

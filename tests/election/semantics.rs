@@ -20,6 +20,7 @@ on_both_backends!(
     a_dropped_leadership_resigns,
     run_while_leader_returns_the_output_and_resigns,
     the_watcher_follows_handovers,
+    the_watcher_sees_its_own_clients_changes_at_once,
     bad_names_are_refused,
 );
 
@@ -399,6 +400,36 @@ async fn the_watcher_follows_handovers(fixture: Fixture) {
         .is_ok();
     assert!(seen, "the watcher never saw the resignation");
     assert!(resigned_at.elapsed() < Duration::from_secs(3) + Duration::from_secs(1));
+}
+
+async fn the_watcher_sees_its_own_clients_changes_at_once(fixture: Fixture) {
+    let client = fixture.client().await;
+    let election = client.election("own").ttl(Duration::from_secs(30));
+    let mut watch = election.watch().await.unwrap();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let lead = election.campaign().await.unwrap();
+        let term = lead.term();
+        let seen = tokio::time::timeout(
+            HANG,
+            watch.wait_for(|now| now.as_ref().map(|i| i.fencing_token) == Some(term)),
+        )
+        .await
+        .is_ok();
+        assert!(seen, "the watcher never saw the election");
+        // Nobody in line: no announcement on Redis, but this client's own
+        // resignation wakes its watcher, long before the lease would end.
+        lead.resign().await.unwrap();
+        let seen = tokio::time::timeout(HANG, watch.wait_for(Option::is_none))
+            .await
+            .is_ok();
+        assert!(seen, "the watcher never saw the resignation");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }
 
 async fn bad_names_are_refused(fixture: Fixture) {
