@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use crate::backend::{Backend, Inspected, LockKeys, ServerChange};
 use crate::error::LockError;
@@ -112,6 +113,13 @@ impl Election {
     /// fixes: an invalid name or ttl, or a setup mistake
     /// ([`LockError::is_misconfigured`]).
     ///
+    /// After data loss (this client saw its server restart or fail over
+    /// while it campaigned), a leadership won there is held, renewed, but
+    /// returned only once a leader elected before the loss could no longer
+    /// believe it leads (one `ttl` after the change was seen): its lease
+    /// may have vanished with the data while it still acts. A leadership
+    /// lost meanwhile is campaigned for again.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropped at any await point, it leaves no place in the
@@ -121,10 +129,35 @@ impl Election {
     /// background at once), no subscription and no renewal.
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
         self.validate()?;
+        let mut changes = self.client.backend.changes();
+        // When this client last saw its server lose data (restart, failover).
+        let mut changed_at: Option<Instant> = None;
         let mut retry = FIRST_RETRY;
         loop {
-            match self.request(MAX_WAIT).acquire().await {
-                Ok(guard) => return Ok(self.elected(guard)),
+            let acquire = self.request(MAX_WAIT).acquire();
+            tokio::pin!(acquire);
+            let won = loop {
+                tokio::select! {
+                    result = &mut acquire => break result,
+                    () = server_changed(&mut changes) => changed_at = Some(Instant::now()),
+                }
+            };
+            match won {
+                Ok(guard) => {
+                    if changes
+                        .as_mut()
+                        .is_some_and(|c| c.has_changed().unwrap_or(false))
+                    {
+                        changed_at = Some(Instant::now());
+                    }
+                    let leadership = self.elected(guard);
+                    if let Some(at) = changed_at
+                        && !leadership.take_office(at + self.ttl).await
+                    {
+                        continue;
+                    }
+                    return Ok(leadership);
+                }
                 // The ten-year wait ran out.
                 Err(LockError::Busy { .. }) => {}
                 Err(error) if error.is_unavailable() => {
@@ -538,6 +571,19 @@ impl Leadership {
         let result = guard.release().await;
         (self.backend.wakeups()).wake_observers(keys.channel());
         result.map_err(|error| error.renamed(keys.key(), &self.name))
+    }
+
+    /// Hold the leadership, renewed, until `from` before acting on it:
+    /// `false` if it is lost meanwhile.
+    async fn take_office(&self, from: Instant) -> bool {
+        if from <= Instant::now() {
+            return self.is_leader();
+        }
+        tracing::info!(election = %self.name, term = self.term, "leasehold: elected after the server lost data; taking office once an earlier leader's lease has run out");
+        tokio::select! {
+            () = self.lost() => false,
+            () = tokio::time::sleep_until(from) => self.is_leader(),
+        }
     }
 
     fn lease(&self) -> Option<&Arc<Lease>> {

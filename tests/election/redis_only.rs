@@ -83,3 +83,56 @@ async fn a_leadership_taken_away_is_reported_lost() {
     assert!(lead.lost_cause().is_some());
     assert!(lead.resign().await.is_err());
 }
+
+/// The server restarts without persistence while one client leads and
+/// another campaigns: the leader learns it lost its term, and the standby,
+/// which saw the restart, does not lead before the old term could have run
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_no_second_leader_before_the_old_term_ran_out() {
+    let ttl = Duration::from_secs(2);
+    let mut server = RedisServer::start();
+    let first = LockClient::connect(&server.url()).await.unwrap();
+    let second = LockClient::connect(&server.url()).await.unwrap();
+    let lead = first
+        .election("restarted")
+        .ttl(ttl)
+        .campaign()
+        .await
+        .unwrap();
+    let old_term = lead.term();
+    let standby = tokio::spawn({
+        let election = second.election("restarted").ttl(ttl);
+        async move { election.campaign().await.unwrap() }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while first
+        .election("restarted")
+        .leader()
+        .await
+        .unwrap()
+        .map_or(0, |i| i.waiters)
+        < 1
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the standby never got in line"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let restarted_at = tokio::time::Instant::now();
+    tokio::task::block_in_place(|| server.restart());
+    let next = tokio::time::timeout(Duration::from_secs(30), standby)
+        .await
+        .expect("a new leader after the restart")
+        .unwrap();
+    let took = restarted_at.elapsed();
+    assert!(
+        took >= ttl,
+        "a second leader {took:?} after the restart, before the old term ({ttl:?}) ran out"
+    );
+    assert!(!lead.is_leader(), "the old leader still believes it leads");
+    assert!(next.term() > old_term, "terms increase across data loss");
+    assert!(next.is_leader());
+}
