@@ -122,9 +122,11 @@ pub use leasehold_core::{
     LockGuard, LockInfo, LockKind, LockRequest, LostCause, MAX_TTL, MAX_WAIT, MIN_TTL, RwLock,
     fencing_token, fencing_token_of, set_global_client,
 };
+pub use leasehold_core::{Election, Leadership};
 // No doc comment here: the macro's own documentation (summary, options, runnable
 // examples, tested by `cargo test --doc -p leasehold-macros`) shows as is.
 pub use leasehold_macros::distributed_lock;
+pub use leasehold_macros::leader_only;
 
 /// Items used by the code `#[distributed_lock]` generates. Not public API.
 #[doc(hidden)]

@@ -478,3 +478,47 @@ async fn kind_label_of_the_family() {
         assert!(series.contains("\"kind\""), "{series}");
     }
 }
+
+/// An election's series carry `kind="election"`: its terms started are its
+/// acquisitions, its leaderships lost its lost leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_started_and_leaderships_lost() {
+    let _turn = TURN.lock().await;
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let election = client
+        .election("metrics-election")
+        .ttl(Duration::from_millis(600));
+    Recorded::take(); // start from zero
+
+    let first = election.campaign().await.unwrap();
+    first.resign().await.unwrap();
+    let second = election.campaign().await.unwrap();
+    // Taken away behind its back: the next renewal is refused.
+    server.cmd(&["DEL", "leasehold:{metrics-election}:election:lock"]);
+    tokio::time::timeout(Duration::from_secs(5), second.lost())
+        .await
+        .expect("the loss is seen at the next renewal");
+    let now = Recorded::take();
+    let election_kind = [("kind", "election")];
+    assert_eq!(
+        now.counter("leasehold_acquired_total", &election_kind),
+        2,
+        "{:?}",
+        now.series()
+    );
+    assert_eq!(
+        now.counter(
+            "leasehold_lost_total",
+            &[("kind", "election"), ("cause", "refused")]
+        ),
+        1,
+        "{:?}",
+        now.series()
+    );
+    assert_eq!(
+        now.counter("leasehold_acquired_total", &[]),
+        0,
+        "not a lock"
+    );
+}

@@ -30,13 +30,23 @@ pub fn info_json(info: &LockInfo) -> serde_json::Value {
     })
 }
 
-/// `lock`, `semaphore`, `read` or `write`.
+/// `lock`, `semaphore`, `read`, `write` or `election`.
 pub fn kind(info: &LockInfo) -> &'static str {
     match info.kind {
         LockKind::Semaphore => "semaphore",
         LockKind::Read => "read",
         LockKind::Write => "write",
+        LockKind::Election => "election",
         _ => "lock",
+    }
+}
+
+/// The key column: the key, and for an election (whose name is its own
+/// namespace, apart from a lock of the same key) a mark that says so.
+fn key_cell(info: &LockInfo) -> String {
+    match info.kind {
+        LockKind::Election => format!("{} (election)", info.key),
+        _ => info.key.clone(),
     }
 }
 
@@ -68,7 +78,7 @@ pub fn table(infos: &[LockInfo]) -> String {
         .iter()
         .map(|info| {
             [
-                info.key.clone(),
+                key_cell(info),
                 holder_cell(info),
                 ttl(info.ttl),
                 info.fencing_token.to_string(),

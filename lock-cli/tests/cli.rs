@@ -102,6 +102,39 @@ async fn list_shows_the_matching_held_locks() {
     assert!(stdout(&out).contains("no held locks"));
 }
 
+/// An election is listed beside a lock of the same name, marked as one,
+/// with the leader as holder and its term as fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_marks_elections() {
+    let server = start().await;
+    let url = server.url();
+    let worker = named(&server, "scheduler-1").await;
+    let _lock = hold(&worker, "scheduler").await;
+    let lead = worker.election("scheduler").campaign().await.unwrap();
+
+    let out = leasehold(&["--url", &url, "list", "sched*"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let election = text
+        .lines()
+        .find(|line| line.starts_with("scheduler (election)"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(election.contains(&lead.term().to_string()), "{text}");
+    assert!(election.contains("scheduler-1"), "{text}");
+    assert_eq!(text.lines().count(), 3, "the lock and the election: {text}");
+
+    let out = leasehold(&["--url", &url, "list", "sched*", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let kinds: Vec<String> = json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|info| info["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(kinds.contains(&"election".to_owned()), "{kinds:?}");
+    assert!(kinds.contains(&"lock".to_owned()), "{kinds:?}");
+}
+
 /// A matching key that is not a leasehold lock (a hash at
 /// a lock's name, a string another program wrote without expiry) does not
 /// break `list`: the real locks are shown, the stray keys are not (neither

@@ -7,6 +7,7 @@ use crate::backend::connect::Address;
 use crate::backend::target::Target;
 use crate::backend::{Backend, Inspected, LockKeys};
 use crate::config::{ReplicaSync, Settings};
+use crate::election::Election;
 use crate::error::LockError;
 use crate::info::{Holder, LockInfo, LockKind};
 use crate::limits::{require_runtime, validate_key, validate_prefix, validate_ttl};
@@ -276,6 +277,16 @@ impl LockClient {
         LockRequest::shaped(self.shared.clone(), first, Shape::All(keys))
     }
 
+    /// The election named `name` (see [`Election`]): campaign for it, see
+    /// who leads, run work while leading. Cheap: nothing is sent until
+    /// used. The name is its own namespace, apart from lock keys:
+    /// `lock("scheduler")` and `election("scheduler")` never collide. It
+    /// follows the rules of a lock key (not empty, at most
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, no `}`).
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.shared.clone(), name.into())
+    }
+
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
         &self.shared.settings.prefix
@@ -335,6 +346,10 @@ impl LockClient {
     /// and every master of a Redlock client (where a lock counts when a
     /// majority say so). A lock taken or released during the walk may or
     /// may not be listed.
+    ///
+    /// Elections whose names match are listed too, with
+    /// [`LockKind::Election`] as `kind` and the election's name as `key`
+    /// (the holder is the leader, the fencing token its term).
     ///
     /// Only leasehold's locks are listed. A matching key that is not one is
     /// left out and logged (WARN, naming the Redis key), so that it cannot
@@ -430,12 +445,19 @@ impl LockClient {
                 settings: builder.settings.client.for_new_client(),
                 watchdog: Arc::new(Watchdog::new(backend.clone())),
                 backend,
+                candidacies: Default::default(),
             }),
         }
     }
 }
 
 fn into_info(found: Inspected) -> LockInfo {
+    let shown = crate::backend::shown_key(&found.key);
+    if shown != found.key {
+        // An election's: shown by its name.
+        let name = shown.to_owned();
+        return crate::election::info_of(&name, found);
+    }
     let info = LockInfo::new(
         found.key,
         &found.token,

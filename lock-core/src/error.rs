@@ -354,6 +354,27 @@ impl LockError {
         }
         self
     }
+
+    /// The same error with its key `from` (a Redis-side key, such as an
+    /// election's) shown as `to` (the name the caller gave).
+    pub(crate) fn renamed(mut self, from: &str, to: &str) -> Self {
+        let key = match &mut self {
+            LockError::Busy { key }
+            | LockError::Lost { key, .. }
+            | LockError::NotHeld { key }
+            | LockError::WrongType { key, .. }
+            | LockError::ReplicaSync { key, .. } => Some(key),
+            LockError::Backend { key, .. }
+            | LockError::Unavailable { key, .. }
+            | LockError::Misconfigured { key, .. }
+            | LockError::Quorum { key, .. } => key.as_mut(),
+            LockError::InvalidArgument { .. } | LockError::NoGlobalClient => None,
+        };
+        if let Some(key) = key.filter(|key| key.as_str() == from) {
+            *key = to.to_owned();
+        }
+        self
+    }
 }
 
 /// Redact every password of a Redis URL, whatever its form:

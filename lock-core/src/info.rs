@@ -70,6 +70,10 @@ pub enum LockKind {
     Read,
     /// The write side of a read-write lock ([`RwLock::write`](crate::RwLock::write)).
     Write,
+    /// The leadership of an election ([`LockClient::election`](crate::LockClient::election)):
+    /// `key` is the election's name, `holder` the leader, `fencing_token`
+    /// its term and `waiters` the candidates in line.
+    Election,
 }
 
 /// One holder of a lock, permit or share, in a [`LockInfo`].

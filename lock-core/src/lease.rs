@@ -95,12 +95,11 @@ impl Lease {
         settings: LeaseSettings,
         acquired_at: Instant,
     ) -> Arc<Lease> {
-        let metrics = LeaseMetrics::start(
-            keys.key(),
-            keys.kind.lease_kind(),
-            issuer.metrics_key_label,
-            acquired_at,
-        );
+        let kind = match keys.election_name() {
+            Some(_) => telemetry::LeaseKind::Election,
+            None => keys.kind.lease_kind(),
+        };
+        let metrics = LeaseMetrics::start(keys.key(), kind, issuer.metrics_key_label, acquired_at);
         // Plain locks only: the family's scripts write their tokens.
         let recorded = !issuer.backend.records_lazily()
             || !matches!(keys.kind, crate::backend::family::Kind::Lock);

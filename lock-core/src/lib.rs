@@ -82,6 +82,12 @@
 //! plain lock is a `WRONGTYPE`; its waiters keep their kind in `P{K}:places`.
 //! [`LockClient::lock_all`] writes each of its keys exactly as a lock.
 //!
+//! An election ([`LockClient::election`]) named `E` is a plain lock whose
+//! names are `P{E}:election:lock`, `P{E}:election:fence`, … (the same
+//! suffixes after `P{E}:election`): no lock key can produce them, since a
+//! key cannot contain `}`, so a lock and an election of the same name never
+//! meet; both live in the slot of `E`.
+//!
 //! # Code map
 //!
 //! `client` (the entry point) → `request` (the builder and the flow) →
@@ -99,6 +105,7 @@
 mod backend;
 mod client;
 mod config;
+mod election;
 mod error;
 mod fallback;
 mod global;
@@ -112,6 +119,7 @@ mod request;
 mod rw_lock;
 pub mod schedule;
 mod shape;
+mod standing;
 mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -125,6 +133,7 @@ mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use config::DEFAULT_PREFIX;
+pub use election::{Election, Leadership};
 pub use error::{LockError, LostCause};
 pub use fallback::LockFallback;
 pub use global::set_global_client;
@@ -151,4 +160,13 @@ pub mod __private {
     };
     pub use crate::client::LockClient;
     pub use crate::global::global_client;
+
+    /// The body of a `#[leader_only]` function: run if this client leads
+    /// `election` now (its background campaign starts at the first call).
+    pub async fn leader_only<F: core::future::Future>(
+        election: crate::Election,
+        body: F,
+    ) -> Result<F::Output, crate::LockError> {
+        election.run_if_leading(body).await
+    }
 }

@@ -76,10 +76,12 @@
 //! **The `kind` label** of every metric but `leasehold_errors_total` names
 //! the member of the lock family: `lock` (`LockClient::lock`), `semaphore`
 //! (a permit of `LockClient::semaphore`), `read` and `write` (the sides of
-//! `LockClient::rw_lock`) and `all` (`LockClient::lock_all`, one series
-//! point per acquisition whatever the number of its keys). Sum over it for
-//! every lease of the process; five values at most, so it never multiplies
-//! series much. `leasehold_errors_total` keeps `kind` for the error's kind
+//! `LockClient::rw_lock`), `all` (`LockClient::lock_all`, one series
+//! point per acquisition whatever the number of its keys) and `election`
+//! (the leadership of `LockClient::election`: `leasehold_acquired_total`
+//! counts the terms started, `leasehold_lost_total` the leaderships lost).
+//! Sum over it for every lease of the process; six values at most, so it
+//! never multiplies series much. `leasehold_errors_total` keeps `kind` for the error's kind
 //! (below): its errors are not split by the lock's kind.
 //!
 //! **The `key` label.** Only a client built with
@@ -95,7 +97,8 @@
 //! - leases lost, by cause: `rate(leasehold_lost_total)` by `cause` (alert on any `refused`, `unreachable` or `restarted`);
 //! - renewal trouble: `rate(leasehold_renewal_failures_total)` (alert when above zero for minutes);
 //! - errors by kind: `rate(leasehold_errors_total)` by `kind` (`backend`, `quorum`: Redis trouble);
-//! - acquisitions per primitive: `rate(leasehold_acquired_total)` by `kind` (`lock`, `semaphore`, `read`, `write`, `all`);
+//! - acquisitions per primitive: `rate(leasehold_acquired_total)` by `kind` (`lock`, `semaphore`, `read`, `write`, `all`, `election`);
+//! - terms started and leaderships lost: `leasehold_acquired_total{kind="election"}`, `leasehold_lost_total{kind="election"}` by `cause`;
 //! - acquire latency p50 / p99: `leasehold_acquire_seconds`;
 //! - time spent waiting p99: `leasehold_wait_seconds`;
 //! - hold time p50 / p99 / max: `leasehold_hold_seconds` (a job's duration, as held);

@@ -18,6 +18,7 @@ use crate::lease::{Issuer, Lease, LeaseSettings};
 use crate::limits::{MAX_WAIT, validate_key, validate_span, validate_ttl};
 use crate::reentrancy;
 use crate::shape::Shape;
+use crate::standing::Candidacies;
 use crate::telemetry::{AcquireOutcome, Acquisition};
 use crate::waiting::Waiter;
 use crate::watchdog::Watchdog;
@@ -32,6 +33,9 @@ pub(crate) struct Shared {
     pub(crate) settings: ClientSettings,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) watchdog: Arc<Watchdog>,
+    /// The elections this client campaigns for in the background
+    /// (`#[leader_only]`).
+    pub(crate) candidacies: Candidacies,
 }
 
 /// A lock to take: built by [`LockClient::lock`](crate::LockClient::lock),

@@ -26,6 +26,9 @@ pub(crate) enum Shape {
     Write,
     /// All of these lock keys (sorted, without duplicates), or none.
     All(Vec<String>),
+    /// The leadership of the election named by the request's key: a plain
+    /// lock under the election's own Redis names.
+    Election,
 }
 
 impl Shape {
@@ -53,6 +56,7 @@ impl Shape {
             Shape::Read => LeaseKind::Read,
             Shape::Write => LeaseKind::Write,
             Shape::All(_) => LeaseKind::All,
+            Shape::Election => LeaseKind::Election,
         }
     }
 
@@ -60,6 +64,7 @@ impl Shape {
     pub(crate) fn keys(&self, prefix: &str, key: &str) -> LockKeys {
         let kind = match self {
             Shape::Lock => return LockKeys::new(prefix, key),
+            Shape::Election => return LockKeys::election(prefix, key),
             Shape::Semaphore(permits) => Kind::Semaphore { permits: *permits },
             Shape::Read => Kind::Read,
             Shape::Write => Kind::Write,

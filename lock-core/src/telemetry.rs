@@ -71,6 +71,7 @@ pub(crate) enum LeaseKind {
     Read,
     Write,
     All,
+    Election,
 }
 
 impl LeaseKind {
@@ -83,6 +84,7 @@ impl LeaseKind {
             LeaseKind::Read => "read",
             LeaseKind::Write => "write",
             LeaseKind::All => "all",
+            LeaseKind::Election => "election",
         }
     }
 }
@@ -97,6 +99,7 @@ macro_rules! unkeyed {
             LeaseKind::Read => metrics::$macro!($name, "kind" => "read"),
             LeaseKind::Write => metrics::$macro!($name, "kind" => "write"),
             LeaseKind::All => metrics::$macro!($name, "kind" => "all"),
+            LeaseKind::Election => metrics::$macro!($name, "kind" => "election"),
         }
     };
 }

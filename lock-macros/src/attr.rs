@@ -108,10 +108,10 @@ pub(crate) struct Args {
 
 /// Which options were already seen (valid or not), for duplicate detection.
 #[derive(Default)]
-struct Seen(Vec<&'static str>);
+pub(crate) struct Seen(Vec<&'static str>);
 
 impl Seen {
-    fn first(&mut self, name: &'static str, span: Span) -> syn::Result<()> {
+    pub(crate) fn first(&mut self, name: &'static str, span: Span) -> syn::Result<()> {
         if self.0.contains(&name) {
             return Err(syn::Error::new(
                 span,
@@ -122,7 +122,7 @@ impl Seen {
         Ok(())
     }
 
-    fn contains(&self, name: &str) -> bool {
+    pub(crate) fn contains(&self, name: &str) -> bool {
         self.0.contains(&name)
     }
 }
@@ -389,7 +389,7 @@ impl Args {
 }
 
 /// `= "..."` after the option keyword.
-fn string_value(
+pub(crate) fn string_value(
     input: ParseStream,
     name: &str,
     keyword: Span,
@@ -411,7 +411,7 @@ fn string_value(
     )))
 }
 
-fn duration_value(
+pub(crate) fn duration_value(
     input: ParseStream,
     seen: &mut Seen,
     name: &'static str,
@@ -427,7 +427,12 @@ fn duration_value(
     })
 }
 
-fn equals(input: ParseStream, name: &str, keyword: Span, example: &str) -> syn::Result<()> {
+pub(crate) fn equals(
+    input: ParseStream,
+    name: &str,
+    keyword: Span,
+    example: &str,
+) -> syn::Result<()> {
     if input.peek(Token![=]) {
         input.parse::<Token![=]>()?;
         return Ok(());
@@ -439,7 +444,7 @@ fn equals(input: ParseStream, name: &str, keyword: Span, example: &str) -> syn::
 }
 
 /// Consumes tokens up to (not including) the next top-level `,` and returns them.
-fn take_to_comma(input: ParseStream) -> syn::Result<TokenStream> {
+pub(crate) fn take_to_comma(input: ParseStream) -> syn::Result<TokenStream> {
     input.step(|cursor| {
         let mut rest = *cursor;
         let mut taken = TokenStream::new();
@@ -454,7 +459,7 @@ fn take_to_comma(input: ParseStream) -> syn::Result<TokenStream> {
     })
 }
 
-fn skip_to_comma(input: ParseStream) -> syn::Result<()> {
+pub(crate) fn skip_to_comma(input: ParseStream) -> syn::Result<()> {
     take_to_comma(input).map(drop)
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-fn with_errors(errors: &Errors, item: TokenStream) -> TokenStream {
+pub(crate) fn with_errors(errors: &Errors, item: TokenStream) -> TokenStream {
     let mut tokens = errors.to_compile_errors();
     tokens.extend(item);
     tokens
@@ -80,7 +80,7 @@ fn with_errors(errors: &Errors, item: TokenStream) -> TokenStream {
 
 /// A local of the generated code: `mixed_site` hygiene, so that it can neither
 /// capture nor shadow a name of the user's.
-fn local(name: &str) -> Ident {
+pub(crate) fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
@@ -251,7 +251,7 @@ fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
 
 /// `&(expr)`, spanned from the first to the last token of the expression, so that
 /// a value of the wrong type is reported there.
-fn client_expr(expr: &Expr) -> TokenStream {
+pub(crate) fn client_expr(expr: &Expr) -> TokenStream {
     let tokens = expr.to_token_stream();
     let first = tokens
         .clone()
@@ -269,7 +269,7 @@ fn client_expr(expr: &Expr) -> TokenStream {
 }
 
 /// Whether `impl Trait` appears anywhere in the return type.
-fn contains_impl_trait(output: &ReturnType) -> bool {
+pub(crate) fn contains_impl_trait(output: &ReturnType) -> bool {
     fn scan(tokens: TokenStream) -> bool {
         tokens.into_iter().any(|tt| match tt {
             TokenTree::Ident(ident) => ident == "impl",

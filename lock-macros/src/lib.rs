@@ -11,6 +11,7 @@ mod attr;
 mod cron;
 mod duration;
 mod expand;
+mod leader;
 mod template;
 
 use proc_macro::TokenStream;
@@ -471,4 +472,56 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(attr.into(), item.into()).into()
+}
+
+/// Runs an `async fn` only while this instance leads an election: one
+/// instance of a service runs the scheduler, the others skip until they take
+/// over.
+///
+/// ```
+/// use leasehold::{leader_only, LockClient};
+///
+/// #[leader_only(election = "scheduler", ttl = "10s")]
+/// async fn tick() -> Option<u64> {
+///     // Runs on the leader only; the term fences its writes.
+///     leasehold::fencing_token()
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// leasehold::set_global_client(LockClient::in_memory());
+/// // Alone in the election: the first call joins it, is elected at once and runs.
+/// assert!(tick().await.is_some());
+/// # }
+/// ```
+///
+/// The first call joins the election in the background: from then on, the
+/// client campaigns for it for the rest of its life (one campaign per client
+/// and election name, whatever the number of functions or calls), leading
+/// when elected and standing in line otherwise. A call waits only for that
+/// campaign's first attempt; then it runs the body if this instance leads
+/// now, and otherwise returns at once with
+/// `<ReturnType as leasehold::LockFallback>::from_lock_error(LockError::Busy { .. })`
+/// (a quiet skip for `()`, `None` for `Option`, `Err` for `Result`). If the
+/// leadership is lost while the body runs, the body is dropped at its next
+/// await point and the function returns the `Lost` failure. Inside the body,
+/// `leasehold::fencing_token()` is the term of the leadership.
+///
+/// # Options
+///
+/// | option | meaning | default |
+/// | --- | --- | --- |
+/// | `election = "…"` | **required**: the election's name (its own namespace: a lock of the same name is another thing) | — |
+/// | `ttl = "10s"` | the leader's lease, renewed every ttl/3: a dead leader is replaced within it | `"30s"` |
+/// | `client = expr` | the `LockClient` to use | the global client |
+/// | `crate = "path"` | the path of the `leasehold` crate in generated code | `"::leasehold"` |
+///
+/// The `ttl` of the first call of a client and election is the one its
+/// campaign keeps. Options of `#[distributed_lock]` that make no sense for
+/// an election (`key`, `renew`, `wait`, `at_least`, `max_hold`, `every`,
+/// `permits`, `read`, `write`) are compile errors at the option, and so are
+/// a missing `election`, a bad duration and a non-async function.
+#[proc_macro_attribute]
+pub fn leader_only(attr: TokenStream, item: TokenStream) -> TokenStream {
+    leader::expand(attr.into(), item.into()).into()
 }

@@ -416,8 +416,58 @@ Ok(())
 }
 }
 
-/// docs/testing.md:27
+/// docs/recipes.md:314
 mod snippet_14 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+let election = client.election("scheduler").ttl(Duration::from_secs(10));
+
+// Campaign, lead while the body runs, campaign again if leadership is lost
+// (the body is then dropped), resign when the body returns.
+election
+    .run_while_leader(|term| async move {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            ticks.tick().await;
+            write_order(term).await; // every write carries the term
+        }
+    })
+    .await?;
+
+// Or by hand:
+let lead = election.campaign().await?; // waits, without polling, until elected
+tokio::select! {
+    () = lead.lost() => {} // renewal refused, server restarted without it, ...
+    () = write_order(lead.term()) => lead.resign().await?, // the next in line leads at once
+}
+
+// Who leads, and every change, without polling.
+let now = election.leader().await?; // Option<LockInfo>: holder, term (fencing_token), waiters
+let mut changes = election.watch().await?; // tokio::sync::watch::Receiver<Option<LockInfo>>
+changes.changed().await?;
+
+Ok(())
+}
+}
+
+/// docs/recipes.md:348
+mod snippet_15 {
+#![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
+use super::prelude::*;
+async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
+#[leasehold::leader_only(election = "scheduler", ttl = "10s")]
+async fn tick() {
+    // leasehold::fencing_token() is the term here.
+}
+
+Ok(())
+}
+}
+
+/// docs/testing.md:27
+mod snippet_16 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -449,7 +499,7 @@ Ok(())
 }
 
 /// docs/testing.md:54
-mod snippet_15 {
+mod snippet_17 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {
@@ -468,7 +518,7 @@ Ok(())
 }
 
 /// docs/topologies.md:57
-mod snippet_16 {
+mod snippet_18 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
 async fn snippet() -> Result<(), Box<dyn std::error::Error>> {

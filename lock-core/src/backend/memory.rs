@@ -19,7 +19,7 @@ use super::family::Kind;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
-    Release, Renewal, Reply, glob, key_of_lock_name,
+    Release, Renewal, Reply, glob, key_of_lock_name, shown_key,
 };
 use crate::error::LockError;
 
@@ -312,13 +312,13 @@ impl MemoryBackend {
                 .map(|(name, _)| name)
                 .chain(table.families.keys())
                 .filter_map(|name| key_of_lock_name(prefix, name))
-                .filter(|key| glob::matches(pattern, key))
+                .filter(|key| glob::matches(pattern, shown_key(key)))
                 .map(str::to_owned)
                 .collect()
         };
         names
             .iter()
-            .filter_map(|key| self.inspect_now(&LockKeys::new(prefix, key)))
+            .filter_map(|key| self.inspect_now(&LockKeys::listed(prefix, key)))
             .collect()
     }
 

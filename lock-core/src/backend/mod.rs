@@ -149,9 +149,13 @@ impl<'a> Release<'a> {
 /// acquisition and held by every lease: one string, not five).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// Where the key as the user gave it starts in `names` (it ends at
-    /// `stem - 1`): see [`LockKeys::key`].
+    /// Where the key as the user gave it starts in `names`: see
+    /// [`LockKeys::key`].
     key_at: usize,
+    /// Where it ends (`stem - 1` for a lock: the `}` before the suffixes;
+    /// `stem` for an election, whose key includes the `}:election` that no
+    /// user key can contain).
+    key_end: usize,
     /// The five names, in the order of [`SUFFIXES`].
     names: Box<str>,
     /// The length of `P{K}`, the stem every name starts with.
@@ -160,6 +164,9 @@ pub(crate) struct LockKeys {
     /// [`LockKeys::of_kind`]).
     pub(crate) kind: family::Kind,
 }
+
+/// What follows `P{name}` in every Redis name of an election.
+const ELECTION: &str = ":election";
 
 /// The names' suffixes, in their order in [`LockKeys`]'s `names`.
 const SUFFIXES: [&str; 5] = [":lock", ":fence", ":line", ":places", ":released"];
@@ -179,10 +186,44 @@ impl LockKeys {
         }
         LockKeys {
             key_at: prefix.len() + 1,
+            key_end: stem - 1,
             names: names.into_boxed_str(),
             stem,
             kind: family::Kind::Lock,
         }
+    }
+
+    /// The names of the election `name`: those of a plain lock whose stem
+    /// is `P{name}:election` (`P{name}:election:lock`, `…:fence`, …), in
+    /// the hash slot of `name`. No lock key can make that stem (a key
+    /// cannot contain `}`), so an election never shares a name with a
+    /// lock. Its key, as [`key`](Self::key) gives it, is `name}:election`:
+    /// for the same reason distinct from every lock key (in the restart
+    /// gate's per-key records, re-entry and messages alike).
+    pub(crate) fn election(prefix: &str, name: &str) -> LockKeys {
+        let stem = prefix.len() + name.len() + 2 + ELECTION.len();
+        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
+        let mut names = String::with_capacity(stem * SUFFIXES.len() + suffixes);
+        for suffix in SUFFIXES {
+            names.push_str(prefix);
+            names.push('{');
+            names.push_str(name);
+            names.push('}');
+            names.push_str(ELECTION);
+            names.push_str(suffix);
+        }
+        LockKeys {
+            key_at: prefix.len() + 1,
+            key_end: stem,
+            names: names.into_boxed_str(),
+            stem,
+            kind: family::Kind::Lock,
+        }
+    }
+
+    /// The election's name, for an election's names (`None` for a lock's).
+    pub(crate) fn election_name(&self) -> Option<&str> {
+        self.key().strip_suffix(ELECTION)?.strip_suffix('}')
     }
 
     /// The names of `key` for a primitive of the lock family.
@@ -196,7 +237,7 @@ impl LockKeys {
     /// The key as the user gave it (without prefix), for messages.
     pub(crate) fn key(&self) -> &str {
         self.names
-            .get(self.key_at..self.stem - 1)
+            .get(self.key_at..self.key_end)
             .unwrap_or_default()
     }
 
@@ -384,10 +425,13 @@ pub(crate) fn clock_micros() -> u64 {
 pub(crate) const SCAN_COUNT: usize = 100;
 
 /// The `SCAN ... MATCH` pattern of the lock keys under `prefix` whose keys
-/// match the glob `pattern`: `prefix{pattern}:lock`, with the prefix's glob
-/// characters escaped (it is a literal).
+/// match the glob `pattern`, and of the elections whose names do:
+/// `prefix{pattern}*:lock` (the `*` is empty for a lock, `:election` for an
+/// election), with the prefix's glob characters escaped (it is a literal).
+/// A name holds one `}` only (neither prefix nor key may hold one), so
+/// `pattern` matches the whole key or name.
 pub(crate) fn lock_glob(prefix: &str, pattern: &str) -> String {
-    let mut glob = String::with_capacity(prefix.len() + pattern.len() + 8);
+    let mut glob = String::with_capacity(prefix.len() + pattern.len() + 9);
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             glob.push('\\');
@@ -396,17 +440,41 @@ pub(crate) fn lock_glob(prefix: &str, pattern: &str) -> String {
     }
     glob.push('{');
     glob.push_str(pattern);
-    glob.push_str("}:lock");
+    glob.push_str("}*:lock");
     glob
 }
 
-/// The user's key of the lock key `name` (`prefix{key}:lock`), if it is one.
+/// The key of the lock name `name` (`prefix{key}:lock`), or of the
+/// election's (`prefix{name}:election:lock`, whose key is `name}:election`:
+/// see [`LockKeys::election`]), if it is one.
 pub(crate) fn key_of_lock_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
     let key = name
         .strip_prefix(prefix)?
         .strip_prefix('{')?
-        .strip_suffix("}:lock")?;
-    (!key.contains('}')).then_some(key)
+        .strip_suffix(":lock")?;
+    let user_part = key
+        .strip_suffix("}:election")
+        .or_else(|| key.strip_suffix('}'))?;
+    (!user_part.contains('}')).then_some(key.strip_suffix('}').unwrap_or(key))
+}
+
+impl LockKeys {
+    /// The names of a key found by `list` ([`key_of_lock_name`]): a lock's,
+    /// or an election's.
+    pub(crate) fn listed(prefix: &str, key: &str) -> LockKeys {
+        match key.strip_suffix(ELECTION).and_then(|k| k.strip_suffix('}')) {
+            Some(name) => LockKeys::election(prefix, name),
+            None => LockKeys::new(prefix, key),
+        }
+    }
+}
+
+/// The name a listed key is shown by (and matched against the pattern):
+/// an election's name, or the lock's key.
+pub(crate) fn shown_key(key: &str) -> &str {
+    key.strip_suffix(ELECTION)
+        .and_then(|k| k.strip_suffix('}'))
+        .unwrap_or(key)
 }
 
 /// One lock found by `list`: a key that matches but is not a leasehold
@@ -597,4 +665,36 @@ pub(crate) fn abandon_in_background(backend: &Arc<dyn Backend>, keys: &LockKeys,
     };
     let (backend, keys, token) = (backend.clone(), keys.clone(), token.to_owned());
     runtime.spawn(async move { backend.abandon(&keys, &token).await });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_election_has_names_no_lock_key_can_make() {
+        let election = LockKeys::election("p:", "job");
+        assert_eq!(election.lock(), "p:{job}:election:lock");
+        assert_eq!(election.channel(), "p:{job}:election:released");
+        assert_eq!(election.key(), "job}:election");
+        assert_eq!(election.election_name(), Some("job"));
+        let lock = LockKeys::new("p:", "job");
+        assert_eq!(lock.key(), "job");
+        assert_eq!(lock.election_name(), None);
+        assert_ne!(lock.lock(), election.lock());
+
+        // Listed back to the same names.
+        assert_eq!(
+            key_of_lock_name("p:", election.lock()),
+            Some(election.key())
+        );
+        assert_eq!(key_of_lock_name("p:", lock.lock()), Some("job"));
+        assert_eq!(LockKeys::listed("p:", election.key()), election);
+        assert_eq!(LockKeys::listed("p:", "job"), lock);
+        assert_eq!(shown_key(election.key()), "job");
+        // Anything else is not a lock.
+        assert_eq!(key_of_lock_name("p:", "p:{job}:other:lock"), None);
+        assert_eq!(key_of_lock_name("p:", "p:{a}b}:lock"), None);
+        assert_eq!(lock_glob("p*:", "jo?"), "p\\*:{jo?}*:lock");
+    }
 }

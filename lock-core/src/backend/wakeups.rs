@@ -13,6 +13,9 @@ use tokio::sync::Notify;
 #[derive(Debug, Default)]
 pub(crate) struct Wakeups {
     channels: Mutex<HashMap<String, Channel>>,
+    /// Observers of a channel (an election's watcher): woken by every
+    /// announcement on it, without a place among the waiters.
+    observers: Mutex<HashMap<String, Vec<Arc<Notify>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +56,41 @@ impl Wakeups {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert/remove/field write).
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn observers(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Notify>>>> {
+        self.observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wake `notify` at every announcement on `channel` (and whenever
+    /// every waiter is woken), until [`unobserve`](Self::unobserve). An
+    /// observer takes no turn: the waiters are woken as if it were not there.
+    pub(crate) fn observe(&self, channel: &str, notify: Arc<Notify>) {
+        self.observers()
+            .entry(channel.to_owned())
+            .or_default()
+            .push(notify);
+    }
+
+    /// Stop waking `notify` for `channel`.
+    pub(crate) fn unobserve(&self, channel: &str, notify: &Arc<Notify>) {
+        let mut observers = self.observers();
+        if let Some(list) = observers.get_mut(channel) {
+            list.retain(|n| !Arc::ptr_eq(n, notify));
+            if list.is_empty() {
+                observers.remove(channel);
+            }
+        }
+    }
+
+    /// Wake the observers of `channel`.
+    pub(crate) fn wake_observers(&self, channel: &str) {
+        let observers = self.observers();
+        for notify in observers.get(channel).into_iter().flatten() {
+            notify.notify_one();
+        }
     }
 
     /// Register the waiter `token` on `channel`; returns its wake-up.
@@ -114,6 +152,7 @@ impl Wakeups {
     /// pub/sub) wakes nobody the second time. Costs nothing but a lookup
     /// when this client has no waiter on `channel`.
     pub(crate) fn announce(&self, channel: &str, announcement: Announcement<'_>) {
+        self.wake_observers(channel);
         let mut channels = self.channels();
         let Some(entry) = channels.get_mut(channel) else {
             return;
@@ -155,6 +194,7 @@ impl Wakeups {
     /// Wake the first waiter of `channel`: a release may have gone unheard.
     #[cfg(feature = "cluster")]
     pub(crate) fn wake_first(&self, channel: &str) {
+        self.wake_observers(channel);
         if let Some(entry) = self.channels().get(channel) {
             entry.wake_first();
         }
@@ -167,7 +207,8 @@ impl Wakeups {
             .values()
             .flat_map(|entry| entry.line.iter().map(|(_, n)| n.clone()))
             .collect();
-        for notify in all {
+        let observers: Vec<Arc<Notify>> = self.observers().values().flatten().cloned().collect();
+        for notify in all.into_iter().chain(observers) {
             notify.notify_one();
         }
     }

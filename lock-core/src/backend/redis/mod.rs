@@ -928,7 +928,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             let keys = self.scan_lock_keys(prefix, pattern).await?;
             let found: Vec<Result<Option<Inspected>, LockError>> = futures_util::stream::iter(keys)
                 .map(|key| async move {
-                    self.inspect_script(&LockKeys::new(prefix, &key), true)
+                    self.inspect_script(&LockKeys::listed(prefix, &key), true)
                         .await
                 })
                 .buffered(LIST_CONCURRENCY)

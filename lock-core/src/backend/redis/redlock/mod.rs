@@ -566,7 +566,7 @@ impl Backend for RedlockBackend {
             keys.dedup();
             let mut found = Vec::new();
             for key in keys {
-                let inspected = self.inspect_majority(&LockKeys::new(prefix, &key)).await;
+                let inspected = self.inspect_majority(&LockKeys::listed(prefix, &key)).await;
                 if let Some(info) = crate::backend::listed(inspected)? {
                     found.push(info);
                 }
