@@ -18,13 +18,13 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Inspected, LockKeys, ServerChange};
 use crate::error::LockError;
-use crate::shape::Shape;
 use crate::guard::LockGuard;
 use crate::info::{Holder, LockInfo, LockKind};
 use crate::lease::Lease;
 use crate::limits::{MAX_WAIT, require_runtime, validate_key, validate_ttl};
 use crate::reentrancy;
 use crate::request::{LockRequest, Shared};
+use crate::shape::Shape;
 use crate::standing::Seat;
 
 /// The first pause before looking again, when a campaign failed for a
