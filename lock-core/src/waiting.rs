@@ -52,6 +52,10 @@ use crate::backend::family::Kind;
 use crate::backend::{Acquired, Attempt, Backend, LockKeys, PLACE_LIFE, abandon_in_background};
 use crate::error::LockError;
 
+/// How long an acquisition that gives up waits for its traces to be
+/// removed before it answers (then they go in the background).
+const LEAVE_WITHIN: Duration = Duration::from_millis(250);
+
 /// One acquisition in progress.
 pub(crate) struct Waiter<'a> {
     backend: &'a Arc<dyn Backend>,
@@ -252,8 +256,15 @@ impl<'a> Waiter<'a> {
     /// Cancel safe: dropped before the reply, the waiter's drop still
     /// removes the traces in the background.
     pub(crate) async fn leave(&mut self) {
-        if self.traces && !self.done {
-            self.backend.abandon(self.keys, self.token).await;
+        // Bounded: a node that does not answer (a stalled Redlock master)
+        // must not hold up a decided answer; then the drop's background
+        // cleanup goes on, and a place left lapses within its life anyway.
+        if self.traces
+            && !self.done
+            && tokio::time::timeout(LEAVE_WITHIN, self.backend.abandon(self.keys, self.token))
+                .await
+                .is_ok()
+        {
             self.traces = false;
         }
     }

@@ -1,11 +1,11 @@
 use leasehold::distributed_lock;
 
 struct Service {
-    name: String,
+    port: u16,
 }
 
 impl Service {
-    #[distributed_lock(key = "svc", client = self.name.clone())]
+    #[distributed_lock(key = "svc", client = self.port.clone())]
     async fn run(&self) -> Option<()> {
         Some(())
     }
@@ -13,7 +13,7 @@ impl Service {
 
 fn main() {
     let service = Service {
-        name: String::new(),
+        port: 6379,
     };
     let _ = service.run();
 }

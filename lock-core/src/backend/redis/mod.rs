@@ -88,7 +88,7 @@ impl ReleaseArgs {
     }
 
     async fn send<C: ConnectionLike>(
-        self,
+        &self,
         con: &mut C,
         keys: &LockKeys,
         token: &str,
@@ -100,7 +100,7 @@ impl ReleaseArgs {
             mark,
             keep,
             ..
-        } = self;
+        } = *self;
         if self.may_go_native()
             && scripts::native::release(con, offered, keys, token).await? == scripts::Native::Done
         {
