@@ -103,6 +103,7 @@
 
 // The order in which modules depend on each other is in the code map above.
 mod backend;
+mod builder;
 mod client;
 mod config;
 mod election;
@@ -131,7 +132,8 @@ pub mod tower;
 mod waiting;
 mod watchdog;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use config::DEFAULT_PREFIX;
 pub use election::{Election, Leadership};
 pub use error::{LockError, LostCause};

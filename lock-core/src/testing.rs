@@ -73,7 +73,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::faulty::FaultyBackend;
-use crate::client::{LockClient, LockClientBuilder};
+use crate::builder::LockClientBuilder;
+use crate::client::LockClient;
 
 /// The owner a stolen lock is given to.
 const THIEF: &str = "00000000000000000000000000000000:leasehold-testing-thief";

@@ -1,0 +1,220 @@
+//! The Redis backend's acquisition path: the server's identity read after
+//! a new connection, the restart gate asked (and a closed key's survival
+//! looked at), the fast pipeline, the script (claimed or resent after a
+//! lost reply), and a reply made sure of before it is believed.
+
+use std::time::Duration;
+
+use super::gate::Admission;
+use super::{RedisBackend, Topology};
+use crate::backend::scripts::{self, ScriptError};
+use crate::backend::{Acquired, Attempt, Backend, LockKeys};
+use crate::error::LockError;
+
+impl<T: Topology> RedisBackend<T> {
+    /// Read the server's identity (after a connection, before granting).
+    pub(super) async fn verify(&self, keys: &LockKeys) -> Result<(), LockError> {
+        let mut con = self.topology.connection();
+        self.gate
+            .check(&mut con, false)
+            .await
+            .map_err(|e| e.with_key(keys.key()))
+    }
+
+    /// Whether the gate lets `keys` be granted now; an error (unavailable
+    /// class, with the time left) if not. A key closed by a restart or
+    /// failover is granted as usual when its lock key or its survival mark
+    /// (left by a release of a lease held across the change) is on the
+    /// server: its state survived the change.
+    pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
+        match self.gate.admit(keys.key(), ttl)? {
+            Admission::Open => Ok(()),
+            Admission::Closed(refusal) => Err(refusal),
+            Admission::Check(refusal) => self.check_survival(keys, refusal).await,
+        }
+    }
+
+    /// A key closed by a change is admitted after all when its lock key is
+    /// on the server, or its survival mark names this server as it is now
+    /// (written after the last change, by a lease held across it); a mark
+    /// left after an earlier change, or restored from a snapshot, names
+    /// another `run_id` and opens nothing. `refusal` otherwise.
+    pub(super) async fn check_survival(
+        &self,
+        keys: &LockKeys,
+        refusal: LockError,
+    ) -> Result<(), LockError> {
+        let mark = keys.survival_mark();
+        let mark = &mark;
+        let (exists, marked) = self
+            .call(|mut con| async move {
+                redis::pipe()
+                    .cmd("EXISTS")
+                    .arg(keys.lock())
+                    .cmd("GET")
+                    .arg(mark)
+                    .query_async::<(bool, Option<String>)>(&mut con)
+                    .await
+                    .map_err(ScriptError::Redis)
+            })
+            .await
+            .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        let this_change = self.gate.identity_tag().map(super::scripts::mark_value);
+        if exists || (marked.is_some() && marked == this_change) {
+            self.gate.survived(keys.key());
+            return Ok(());
+        }
+        Err(refusal)
+    }
+
+    /// An acquisition's first attempt on the fast path (see
+    /// `scripts/fast.rs`), on a server whose identity was read: admitted
+    /// without a round trip in the common case, then the native pipeline;
+    /// anything it does not settle goes on in [`Self::after_fast`], boxed
+    /// apart so that this future stays small.
+    pub(super) async fn acquire_fast(
+        &self,
+        attempt: Attempt<'_>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let (keys, token, ttl, _) = attempt.parts();
+        match self.gate.admit(keys.key(), ttl)? {
+            Admission::Open => {}
+            Admission::Closed(refusal) => return Err(refusal),
+            Admission::Check(refusal) => Box::pin(self.check_survival(keys, refusal)).await?,
+        }
+        let mut con = self.topology.connection();
+        let first = scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await;
+        match first {
+            Ok(Some(scripts::fast::Fast::Yes { fence }))
+                if self.gate.connection_number() == connection =>
+            {
+                Ok(Acquired::Yes { fence })
+            }
+            Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
+            other => Box::pin(self.after_fast(attempt, con, other, connection)).await,
+        }
+    }
+
+    /// What the fast pipeline left open: the script decides (claimed, when
+    /// the pipeline may have taken the lock), a broken connection is
+    /// checked, a grant over a replaced connection is admitted again.
+    pub(super) async fn after_fast(
+        &self,
+        attempt: Attempt<'_>,
+        con: T::Conn,
+        first: Result<Option<scripts::fast::Fast>, ScriptError>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let result = match first {
+            Ok(Some(scripts::fast::Fast::Yes { fence })) => Ok(Acquired::Yes { fence }),
+            Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
+            Ok(Some(scripts::fast::Fast::Resolve)) => {
+                self.attempt_script(con, attempt, true, false).await
+            }
+            Ok(None) => self.attempt_script(con, attempt, false, false).await,
+            Err(e) => Err(e),
+        };
+        self.settle(attempt, result, connection).await
+    }
+
+    /// Any attempt but a fast one on a checked server: the server's
+    /// identity read first if need be, the gate asked, then the script (or
+    /// the fast path, once the server is checked).
+    pub(super) async fn acquire_checked(
+        &self,
+        attempt: Attempt<'_>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let (keys, _, ttl, _) = attempt.parts();
+        if !self.gate.is_verified() {
+            self.verify(keys).await?;
+        }
+        if attempt.fast {
+            return self.acquire_fast(attempt, connection).await;
+        }
+        self.admit(keys, ttl).await?;
+        let result = self
+            .attempt_script(
+                self.topology.connection(),
+                attempt,
+                attempt.after_fast,
+                false,
+            )
+            .await;
+        self.settle(attempt, result, connection).await
+    }
+
+    /// The script of an attempt (the family's for a semaphore, an rw lock
+    /// or a `lock_all`); `claimed` after a fast attempt that may have taken
+    /// the lock (its key is taken back and decided again).
+    pub(super) async fn attempt_script(
+        &self,
+        mut con: T::Conn,
+        attempt: Attempt<'_>,
+        claimed: bool,
+        resent: bool,
+    ) -> Result<Acquired, ScriptError> {
+        let (keys, token, ttl, in_line) = attempt.parts();
+        if keys.kind.is_shared() {
+            let attempt = Attempt {
+                fast: false,
+                after_fast: false,
+                sent_us: 0,
+                ..attempt
+            };
+            return self.family_attempt(&mut con, attempt).await;
+        }
+        if let crate::backend::family::Kind::All(all) = &keys.kind {
+            return self
+                .lock_all_attempt(&mut con, all, token, ttl, in_line)
+                .await;
+        }
+        let claimed = claimed.then_some((self.topology.publish(), resent));
+        let at = scripts::Placed {
+            in_line,
+            sent_us: Some(attempt.sent_us),
+        };
+        scripts::acquire(&mut con, keys, token, ttl, at, attempt.fence_floor, claimed).await
+    }
+
+    /// An attempt's reply, made sure of: a broken connection means the
+    /// server may be another one now, so its identity is read before the
+    /// attempt goes again (as the script, claimed if a fast attempt may
+    /// have got through); a grant over a connection replaced while the
+    /// attempt was in flight may come from a server not checked yet, and is
+    /// admitted again (or abandoned).
+    pub(super) async fn settle(
+        &self,
+        attempt: Attempt<'_>,
+        result: Result<Acquired, ScriptError>,
+        connection: u64,
+    ) -> Result<Acquired, LockError> {
+        let (keys, token, ttl, _) = attempt.parts();
+        let acquired = match result {
+            Err(e) if e.connection_broke() => {
+                tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
+                self.gate.unverify();
+                self.verify(keys).await?;
+                self.admit(keys, ttl).await?;
+                // A resend: its first attempt's grant is the caller's.
+                let claimed = attempt.fast || attempt.after_fast;
+                self.attempt_script(self.topology.connection(), attempt, claimed, true)
+                    .await
+            }
+            other => other,
+        }
+        .map_err(|e| e.into_lock_error(&self.server, keys))?;
+        if matches!(acquired, Acquired::Yes { .. }) && self.gate.connection_number() != connection {
+            let admitted = match self.verify(keys).await {
+                Ok(()) => self.admit(keys, ttl).await,
+                Err(e) => Err(e),
+            };
+            if let Err(refused) = admitted {
+                self.abandon(keys, token).await;
+                return Err(refused);
+            }
+        }
+        Ok(acquired)
+    }
+}
