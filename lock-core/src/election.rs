@@ -701,3 +701,14 @@ async fn server_changed(changes: &mut Option<watch::Receiver<ServerChange>>) {
         None => std::future::pending::<()>().await,
     }
 }
+
+/// The body of a `#[leader_only]` function: run if this client leads
+/// `election` now (its background campaign starts at the first call). Used
+/// by the code the attribute generates (`leasehold::__private`).
+#[doc(hidden)]
+pub async fn leader_only<F: std::future::Future>(
+    election: Election,
+    body: F,
+) -> Result<F::Output, LockError> {
+    election.run_if_leading(body).await
+}

@@ -161,14 +161,6 @@ pub mod __private {
         RELEASE_SOURCE, RENEW_SOURCE,
     };
     pub use crate::client::LockClient;
+    pub use crate::election::leader_only;
     pub use crate::global::global_client;
-
-    /// The body of a `#[leader_only]` function: run if this client leads
-    /// `election` now (its background campaign starts at the first call).
-    pub async fn leader_only<F: core::future::Future>(
-        election: crate::Election,
-        body: F,
-    ) -> Result<F::Output, crate::LockError> {
-        election.run_if_leading(body).await
-    }
 }

@@ -1,8 +1,7 @@
 //! The bench's command line: which scenarios, implementations and
 //! repetitions to run.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use crate::adapters::Kind;
 
 pub(crate) const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S10]";
 

@@ -21,16 +21,12 @@ mod stats;
 mod support;
 mod verdicts;
 
-use std::fmt::Write as _;
 use std::time::Instant;
 
-use adapters::Kind;
-use marketplace::Variant;
-use report::{Check, Record, Row};
-use scenarios::{Ctx, Knobs, contention, family, layer, market, reentry, renewal, throughput};
+use scenarios::{Ctx, Knobs};
 use support::RedisServer;
 
-use cli::{Args, parse_args};
+use cli::parse_args;
 use run::run_all;
 use verdicts::{checks, family_text, floor_text, layer_text};
 

@@ -1,8 +1,12 @@
 //! The run loop: every selected scenario, each implementation in turn, on
 //! the bench's own server, into rows of the report.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use marketplace::Variant;
+
+use crate::adapters::Kind;
+use crate::cli::Args;
+use crate::report::Row;
+use crate::scenarios::{Ctx, contention, family, layer, market, reentry, renewal, throughput};
 
 pub(crate) async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec<Row> {
     let mut rows = Vec::new();

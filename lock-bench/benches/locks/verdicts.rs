@@ -1,8 +1,12 @@
 //! What the rows say: the targets each scenario is held to (PASS/MISS),
 //! and the summary lines printed under the tables.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::fmt::Write as _;
+
+use marketplace::Variant;
+
+use crate::report::{self, Check, Record, Row};
+use crate::scenarios::{family, market};
 
 /// S9's free rows as ratios to leasehold's free plain lock: pairs/s, and
 /// Redis CPU per pair (what the target "a free permit or read share costs
