@@ -105,7 +105,9 @@ struct Global {
     #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
     prefix: String,
 
-    /// Print JSON (fields: key, holder, ttl_ms, fencing_token, waiters).
+    /// Print JSON (fields: key, holder, ttl_ms, fencing_token, waiters, kind
+    /// — lock, semaphore, read, write or election — and holders, each with
+    /// holder, ttl_ms and fencing_token).
     #[arg(long, global = true)]
     json: bool,
 }
@@ -274,6 +276,12 @@ async fn connect(global: &Global, command: &Command) -> Result<LockClient, Failu
                 Command::Release { .. } => "releasing",
                 _ => "reading the locks",
             };
+            // The library's advice names its Rust API; an operator's is the
+            // server's setting.
+            let message = message.replace(
+                ", or accept the risk with LockClientBuilder::allow_eviction(true)",
+                "",
+            );
             eprintln!(
                 "leasehold: warning: {message}\nleasehold: {doing} anyway (an evicted lock key lets a second holder in)"
             );
@@ -389,7 +397,13 @@ async fn list(client: &LockClient, pattern: &str, json: bool) -> Result<u8, Fail
         let all: Vec<serde_json::Value> = infos.iter().map(info_json).collect();
         write_line(&mut out, &serde_json::Value::Array(all).to_string());
     } else if infos.is_empty() {
-        write_line(&mut out, &format!("no held locks match `{pattern}`"));
+        write_line(
+            &mut out,
+            &format!(
+                "no held locks match `{pattern}` under the prefix `{}` (--prefix)",
+                client.prefix()
+            ),
+        );
     } else {
         write_line(&mut out, table(&infos).trim_end());
     }

@@ -100,6 +100,11 @@ async fn list_shows_the_matching_held_locks() {
     let out = leasehold(&["--url", &url, "list", "nothing:*"]);
     assert_eq!(code(&out), 0);
     assert!(stdout(&out).contains("no held locks"));
+    assert!(
+        stdout(&out).contains("under the prefix `leasehold:`"),
+        "the prefix searched is named: {}",
+        stdout(&out)
+    );
 }
 
 /// An election is listed beside a lock of the same name, marked as one,
@@ -767,6 +772,12 @@ async fn an_evicting_server_is_read_with_a_warning() {
         );
         assert!(
             stderr(&out).contains("volatile-lru"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        // An operator is told the server's setting, not a Rust API.
+        assert!(
+            !stderr(&out).contains("LockClientBuilder"),
             "{args:?}: {}",
             stderr(&out)
         );

@@ -125,3 +125,13 @@ fn logged_text(v: redis::Value) -> Option<String> {
         _ => None,
     }
 }
+
+/// How many of `commands` are `EVALSHA` of `source`.
+pub fn evalsha_of(commands: &[Vec<String>], source: &str) -> usize {
+    let sha = redis::Script::new(source).get_hash().to_owned();
+    commands
+        .iter()
+        .filter(|c| c.first().is_some_and(|n| n.eq_ignore_ascii_case("evalsha")))
+        .filter(|c| c.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&sha)))
+        .count()
+}

@@ -10,7 +10,7 @@ use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE};
 use leasehold::LockClient;
 use redis::Value;
 
-use crate::fixture::{commands_logged, log_every_command, wait_until};
+use crate::fixture::{commands_logged, evalsha_of, log_every_command, wait_until};
 use crate::support::RedisServer;
 
 fn text(v: Value) -> Option<String> {
@@ -49,16 +49,6 @@ fn subscribers(server: &RedisServer, key: &str) -> i64 {
 /// The places hash field `field` of `key`.
 fn place_field(server: &RedisServer, key: &str, field: &str) -> Option<String> {
     text(server.cmd(&["HGET", &format!("leasehold:{{{key}}}:places"), field]))
-}
-
-/// How many of `commands` are `EVALSHA` of `source`.
-fn evalsha_of(commands: &[Vec<String>], source: &str) -> usize {
-    let sha = redis::Script::new(source).get_hash().to_owned();
-    commands
-        .iter()
-        .filter(|c| c.first().is_some_and(|n| n.eq_ignore_ascii_case("evalsha")))
-        .filter(|c| c.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&sha)))
-        .count()
 }
 
 /// A waiter of `key` on `client`, in a task; returns once it is in line

@@ -386,14 +386,7 @@ async fn a_release_wakes_one_waiter_not_a_herd() {
         leasehold::__private::RELEASE_SOURCE,
     ]
     .iter()
-    .map(|source| {
-        let sha = redis::Script::new(source).get_hash().to_owned();
-        commands
-            .iter()
-            .filter(|c| c.first().is_some_and(|n| n.eq_ignore_ascii_case("evalsha")))
-            .filter(|c| c.get(1).is_some_and(|s| s.eq_ignore_ascii_case(&sha)))
-            .count()
-    })
+    .map(|source| crate::fixture::evalsha_of(&commands, source))
     .sum::<usize>();
     // The release (which hands the lock to the first in line for a place's
     // life) and that waiter's one attempt extending it to its 30 s lease (or
