@@ -353,16 +353,16 @@ use proc_macro::TokenStream;
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
+/// # async fn main() -> Result<(), LockError> {
 /// leasehold::set_global_client(LockClient::in_memory());
-/// let fired = nightly_export().await.expect("the first call for the fire runs");
+/// let fired = nightly_export().await?; // the first call for the fire runs
 /// assert_eq!(fired % 86_400, 3 * 3600);
 /// // Any later call before tomorrow's 03:00, from any instance, skips.
-/// let cron = schedule::Cron::parse("0 0 3 * * *").expect("a valid expression");
+/// let cron = schedule::Cron::parse("0 0 3 * * *")?;
 /// if cron.slot_now().map(|slot| slot.id()) == Ok(fired) {
 ///     assert!(matches!(nightly_export().await, Err(LockError::Busy { .. })));
 /// }
-/// # }
+/// # Ok(()) }
 /// ```
 ///
 /// ## `client = expr`
