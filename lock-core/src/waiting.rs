@@ -189,7 +189,7 @@ impl<'a> Waiter<'a> {
         until: Instant,
         in_line: bool,
     ) {
-        let keep = in_line && self.traces;
+        let keep = in_line && self.traces && self.backend.keeps_places();
         let mut armed = armed;
         let mut until = until;
         loop {

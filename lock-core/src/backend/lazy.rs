@@ -190,6 +190,12 @@ impl Backend for LazyBackend {
         }
     }
 
+    fn keeps_places(&self) -> bool {
+        // Until connected, assume a line: a keep-alive then fails cheaply.
+        self.backend()
+            .map_or(true, |backend| backend.keeps_places())
+    }
+
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         match self.backend() {
             Ok(backend) => backend.admit_grant(keys, ttl),

@@ -610,6 +610,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Box::pin(async { Ok(Some(Duration::MAX)) })
     }
 
+    /// Whether waiters' places live in the store and must be kept alive
+    /// ([`keep_place`](Self::keep_place)); a backend without a line (in
+    /// memory, Redlock) spares its sleeping waiters the keep-alive.
+    fn keeps_places(&self) -> bool {
+        false
+    }
+
     /// Whether a busy reply to a one-try attempt may leave a grant behind
     /// (to be abandoned when the acquisition ends).
     fn busy_leaves_traces(&self) -> bool {

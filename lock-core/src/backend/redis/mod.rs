@@ -250,6 +250,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
         })
     }
 
+    fn keeps_places(&self) -> bool {
+        true
+    }
+
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         Box::pin(async move {
             if !self.gate.is_verified() {
