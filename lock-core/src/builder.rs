@@ -213,7 +213,7 @@ impl LockClientBuilder {
     /// [`LockError::ReplicaSync`] returned. This narrows the window in which a
     /// primary that dies before replicating lets a promoted replica grant the
     /// same lock twice. Requests can override the count with
-    /// [`LockRequest::replica_sync`]. The response timeout is raised above
+    /// [`LockRequest::replica_sync`](crate::LockRequest::replica_sync). The response timeout is raised above
     /// `timeout` if needed, since `WAIT` blocks for up to that long.
     ///
     /// `WAIT` blocks the client's command connection while it waits, so other
