@@ -9,7 +9,7 @@
 //! **500 Internal Server Error**. Errors are JSON: `{"error": "...", "key": "order:42"}`.
 //!
 //! ```text
-//! cargo run --example axum_orders
+//! cargo run -p leasehold-examples --example axum_orders --features web
 //! curl -X POST localhost:3000/orders/42/pay & curl -X POST localhost:3000/orders/42/pay
 //! ```
 //!

@@ -10,7 +10,7 @@
 //! unreachable: **503**.
 //!
 //! ```text
-//! cargo run --example axum_transfer
+//! cargo run -p leasehold-examples --example axum_transfer --features web
 //! curl -X POST localhost:3001/transfer/1/2/500 & curl -X POST localhost:3001/transfer/2/1/300
 //! ```
 //!

@@ -2,7 +2,7 @@
 //! with a read-write lock per document.
 //!
 //! ```text
-//! cargo run --example documents
+//! cargo run -p leasehold-examples --example documents
 //! ```
 //!
 //! Readers take a read share of `doc:<id>`, editors the write side. Readers

@@ -1,8 +1,8 @@
 //! One leader among three instances: it runs a periodic task, the others
 //! stand by; kill the leader and watch another take over.
 //!
-//! Run it with `cargo run --example leader` (Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`).
+//! Run it with `cargo run -p leasehold-examples --example leader` (Redis at
+//! `REDIS_URL`, default `redis://127.0.0.1:6379`).
 //!
 //! - With Redis, the instances are three processes (this program run with
 //!   `--instance N`). After a few ticks the leader is killed with SIGKILL,

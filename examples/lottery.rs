@@ -7,8 +7,9 @@
 //! the last one it accepted, so even a drawer paused past its lease could not
 //! overwrite a newer draw.
 //!
-//! Run it with `cargo run --example lottery` (Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`; without a Redis it says so and runs in memory).
+//! Run it with `cargo run -p leasehold-examples --example lottery` (Redis at
+//! `REDIS_URL`, default `redis://127.0.0.1:6379`; without a Redis it says so
+//! and runs in memory).
 //!
 //! `at_least = "30s"` keeps the day's lock for 30 s even though the draw
 //! takes milliseconds, so an instance whose clock is a little late cannot

@@ -4,7 +4,7 @@
 //! moves.
 //!
 //! ```text
-//! cargo run --example metrics_prometheus
+//! cargo run -p leasehold-examples --example metrics_prometheus --features prometheus
 //! curl localhost:9464/metrics
 //! ```
 //!

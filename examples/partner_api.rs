@@ -3,8 +3,8 @@
 //! (`leasehold::tower::LockLayer::semaphore`, feature `tower`).
 //!
 //! ```text
-//! cargo run --example partner_api              # 12 requests at once, then a summary
-//! PORT=3002 cargo run --example partner_api    # serve; curl localhost:3002/quote/7
+//! cargo run -p leasehold-examples --example partner_api --features web            # 12 requests at once
+//! PORT=3002 cargo run -p leasehold-examples --example partner_api --features web  # serve; curl localhost:3002/quote/7
 //! ```
 //!
 //! `GET /quote/{sku}` asks the partner for a price. Before the handler runs,

@@ -21,8 +21,8 @@
 //! `tests/macros/schedule.rs` checks with real processes. To fire together
 //! instead of at random phases, use `leasehold::schedule::aligned_interval`.
 //!
-//! Run it with `cargo run --example scheduled` (Redis at `REDIS_URL`, default
-//! `redis://127.0.0.1:6379`). Without a Redis it runs on the in-memory
+//! Run it with `cargo run -p leasehold-examples --example scheduled` (Redis at
+//! `REDIS_URL`, default `redis://127.0.0.1:6379`). Without a Redis it runs on the in-memory
 //! backend, **for this demo only**: in-memory locks do not leave the process,
 //! so a real service must never fall back to them.
 

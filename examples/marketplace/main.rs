@@ -7,7 +7,7 @@
 //! item (buyers of different items never wait for each other).
 //!
 //! ```text
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example marketplace
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run -p leasehold-examples --example marketplace
 //! ```
 //!
 //! Without a reachable Redis it runs on leasehold's in-memory backend and an

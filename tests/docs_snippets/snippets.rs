@@ -35,7 +35,7 @@ Ok(())
 }
 }
 
-/// README.md:60
+/// README.md:61
 mod snippet_2 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -76,7 +76,7 @@ Ok(())
 }
 }
 
-/// README.md:96
+/// README.md:97
 mod snippet_3 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;

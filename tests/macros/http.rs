@@ -15,8 +15,9 @@ use crate::common::{redis_client, within};
 use crate::support::{RedisServer, free_port};
 
 /// `target/<profile>/examples/axum_orders`, built (or found up to date) by
-/// `cargo build --example axum_orders`, once per test process. `cargo test`
-/// builds the examples anyway; `cargo test --test macros` does not.
+/// `cargo build -p leasehold-examples --features web --example axum_orders`,
+/// once per test process (the example needs a feature, so `cargo test` does
+/// not build it).
 fn example_binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
@@ -34,6 +35,10 @@ fn example_binary() -> &'static PathBuf {
             .args([
                 "build",
                 "--quiet",
+                "--package",
+                "leasehold-examples",
+                "--features",
+                "web",
                 "--example",
                 "axum_orders",
                 "--manifest-path",
