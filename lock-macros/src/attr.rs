@@ -9,7 +9,7 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, Ident, LitStr, Path, Token};
 
-use crate::{cron, duration};
+use crate::{cron, duration, suggest};
 
 mod kw {
     syn::custom_keyword!(key);
@@ -29,6 +29,11 @@ mod kw {
 
 const OPTIONS: &str = "`key`, `keys`, `ttl`, `renew`, `wait`, `at_least`, `max_hold`, `every`, \
                        `cron`, `permits`, `read`, `write`, `client`, `crate`";
+/// The same names, for "did you mean".
+pub(crate) const OPTION_NAMES: &[&str] = &[
+    "key", "keys", "ttl", "renew", "wait", "at_least", "max_hold", "every", "cron", "permits",
+    "read", "write", "client", "crate",
+];
 
 /// Collects errors so that they are reported together.
 #[derive(Default)]
@@ -377,7 +382,7 @@ impl Args {
             let ident = input.call(Ident::parse_any)?;
             return Err(syn::Error::new(
                 ident.span(),
-                format!("unknown option `{ident}`; the options are {OPTIONS}"),
+                suggest::unknown_option(&ident.to_string(), OPTION_NAMES, OPTIONS),
             ));
         } else {
             return Err(input.error(format!(
@@ -568,11 +573,29 @@ mod tests {
     }
 
     #[test]
+    fn the_option_list_names_every_option() {
+        let listed: Vec<String> = OPTION_NAMES
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect();
+        assert_eq!(OPTIONS.split(", ").collect::<Vec<_>>(), listed);
+    }
+
+    #[test]
     fn unknown_option() {
         assert_eq!(
             errors(quote::quote!(key = "k", timeout = "1s")),
             vec![
-                "unknown option `timeout`; the options are `key`, `keys`, `ttl`, `renew`, \
+                "unknown option `timeout` (did you mean `wait`?); the options are `key`, `keys`, \
+                 `ttl`, `renew`, \
+                 `wait`, `at_least`, `max_hold`, `every`, `cron`, `permits`, `read`, `write`, \
+                 `client`, `crate`"
+            ]
+        );
+        assert_eq!(
+            errors(quote::quote!(key = "k", retries = 3)),
+            vec![
+                "unknown option `retries`; the options are `key`, `keys`, `ttl`, `renew`, \
                  `wait`, `at_least`, `max_hold`, `every`, `cron`, `permits`, `read`, `write`, \
                  `client`, `crate`"
             ]

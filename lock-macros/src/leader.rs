@@ -13,8 +13,11 @@ use crate::attr::{
     DurationOption, Errors, Seen, duration_value, equals, skip_to_comma, string_value,
 };
 use crate::expand::{client_expr, contains_impl_trait, local, with_errors};
+use crate::suggest;
 
 const OPTIONS: &str = "`election`, `ttl`, `client`, `crate`";
+/// The same names, for "did you mean".
+const OPTION_NAMES: &[&str] = &["election", "ttl", "client", "crate"];
 
 /// The options of one `#[leader_only]`.
 #[derive(Default)]
@@ -123,7 +126,7 @@ fn not_here(option: &str) -> String {
         "permits" | "read" | "write" => {
             "an election has exactly one leader: it is not a semaphore or a rw lock".to_owned()
         }
-        _ => return format!("unknown option `{option}`; the options are {OPTIONS}"),
+        _ => return suggest::unknown_option(option, OPTION_NAMES, OPTIONS),
     };
     format!("`{option}` cannot be used with #[leader_only]: {why}; the options are {OPTIONS}")
 }

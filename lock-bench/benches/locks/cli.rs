@@ -49,7 +49,11 @@ pub(crate) fn parse_args() -> Result<Option<Args>, String> {
                     .collect::<Result<_, _>>()?;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
-            s if s.len() == 2 && s[..1].eq_ignore_ascii_case("s") => {
+            // A scenario: `S` (or `s`) and its number, S1 … S10.
+            s if s.len() >= 2
+                && s[..1].eq_ignore_ascii_case("s")
+                && s[1..].bytes().all(|b| b.is_ascii_digit()) =>
+            {
                 args.only.push(s.to_ascii_uppercase());
             }
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
