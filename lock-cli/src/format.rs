@@ -135,16 +135,38 @@ pub fn info_text(info: &LockInfo) -> String {
     text
 }
 
-/// One refresh of `watch`.
+/// One refresh of `watch`: a line for a lock, writer or election; for a
+/// semaphore's permits or read shares, a line for the key and one per
+/// holder, so that every permit in use shows.
 pub fn watch_line(info: &LockInfo) -> String {
-    format!(
-        "{}  held by {}  ttl {}  fencing token {}  waiters {}",
-        info.key,
-        info.holder,
-        ttl(info.ttl),
-        info.fencing_token,
-        info.waiters
-    )
+    match info.kind {
+        LockKind::Semaphore | LockKind::Read => {
+            let mut text = format!(
+                "{}  {}  {} held  waiters {}",
+                key_cell(info),
+                kind(info),
+                info.holders.len(),
+                info.waiters
+            );
+            for h in &info.holders {
+                text.push_str(&format!(
+                    "\n  held by {}  ttl {}  fencing token {}",
+                    h.holder,
+                    ttl(h.ttl),
+                    h.fencing_token
+                ));
+            }
+            text
+        }
+        _ => format!(
+            "{}  held by {}  ttl {}  fencing token {}  waiters {}",
+            key_cell(info),
+            info.holder,
+            ttl(info.ttl),
+            info.fencing_token,
+            info.waiters
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -254,6 +254,28 @@ async fn show_a_semaphore_with_every_holder() {
     drop((one, two));
 }
 
+/// `watch` on a semaphore shows every permit in use, not only the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_a_semaphore_shows_every_holder() {
+    let server = start().await;
+    let billing = named(&server, "billing-worker-3").await;
+    let reports = named(&server, "reporting-1").await;
+    let one = billing.semaphore("partner-api", 3).acquire().await.unwrap();
+    let two = reports.semaphore("partner-api", 3).acquire().await.unwrap();
+    let url = server.url();
+    let out = leasehold(&["--url", &url, "watch", "partner-api", "--count", "1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].contains("semaphore  2 held"), "{text}");
+    assert!(lines[1].contains("held by billing-worker-3"), "{text}");
+    assert!(lines[2].contains("held by reporting-1"), "{text}");
+    assert!(text.contains(&format!("fencing token {}", one.fencing_token())));
+    assert!(text.contains(&format!("fencing token {}", two.fencing_token())));
+    drop((one, two));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_a_held_lock_with_its_waiters_and_a_free_one() {
     let server = start().await;
