@@ -17,6 +17,7 @@ mod support;
 
 mod checker;
 mod clock;
+mod election;
 mod family;
 mod proxy_check;
 mod scenarios;

@@ -22,7 +22,7 @@ use crate::workload::{
 };
 
 /// One scenario at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The lease length of every scenario.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
@@ -334,7 +334,7 @@ fn persistent_keys(servers: &Servers) -> Vec<String> {
 
 /// Starts the lock servers of `topology` for lock namespace `ns`, and the
 /// proxies of the first `via_proxy` workers.
-fn start_servers(plan: &Plan, ns: &str) -> (Servers, Vec<FaultProxy>) {
+pub(crate) fn start_servers(plan: &Plan, ns: &str) -> (Servers, Vec<FaultProxy>) {
     match plan.topology {
         Topology::Single => {
             let lock = RedisServer::start_with(&plan.lock_server_args);

@@ -3,7 +3,7 @@
 
 use crate::adapters::Kind;
 
-pub(crate) const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S10]";
+pub(crate) const USAGE: &str = "usage: cargo bench --workspace --bench locks -- [--quick] [--reps N] [--count N] [--impls raw,raw-fenced,raw-scripts,leasehold,rslock,rlock,async-redis-lock,distkit,distributed-lock] [S1 .. S11]";
 
 pub(crate) struct Args {
     pub(crate) quick: bool,
@@ -49,7 +49,7 @@ pub(crate) fn parse_args() -> Result<Option<Args>, String> {
                     .collect::<Result<_, _>>()?;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
-            // A scenario: `S` (or `s`) and its number, S1 … S10.
+            // A scenario: `S` (or `s`) and its number.
             s if s.len() >= 2
                 && s[..1].eq_ignore_ascii_case("s")
                 && s[1..].bytes().all(|b| b.is_ascii_digit()) =>

@@ -145,7 +145,7 @@ impl Row {
 
 /// Whether a scenario is ranked by latency (lower is better) rather than rate.
 pub fn ranked_by_latency(scenario: &str) -> bool {
-    scenario.starts_with("S4")
+    matches!(scenario.split(' ').next(), Some("S4" | "S11"))
 }
 
 /// The median repetition of every scenario × implementation, in first-seen
@@ -203,7 +203,7 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
 
 /// What each scenario's columns mean.
 pub fn describe(scenario: &str) -> &'static str {
-    match scenario.get(..2).unwrap_or("") {
+    match scenario.split(' ').next().unwrap_or("") {
         "S1" => {
             "1 task, a fresh key per iteration. ops = acquire+release pairs/s; p50/p99 = acquire"
         }
@@ -227,6 +227,12 @@ pub fn describe(scenario: &str) -> &'static str {
         }
         "S9" => {
             "lock family, tasks on one key, wait + INCR. ops = grants/s; p50/p99 = wait for a grant"
+        }
+        "S10" => {
+            "axum handler behind the tower layer vs the lock by hand, 64 tasks. ops = requests/s; p50/p99 = request"
+        }
+        "S11" => {
+            "election, a client per candidate. resign: ops = handoffs/s, p50/p99 = resign start -> standby elected; death: leader cut off (ttl 1 s), p50/p99 = cut -> standby elected; standby waiting: its Redis commands/s"
         }
         _ => "",
     }

@@ -6,7 +6,9 @@ use marketplace::Variant;
 use crate::adapters::Kind;
 use crate::cli::Args;
 use crate::report::Row;
-use crate::scenarios::{Ctx, contention, family, layer, market, reentry, renewal, throughput};
+use crate::scenarios::{
+    Ctx, contention, election, family, layer, market, reentry, renewal, throughput,
+};
 
 pub(crate) async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> bool) -> Vec<Row> {
     let mut rows = Vec::new();
@@ -182,6 +184,18 @@ pub(crate) async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> b
             for variant in variants {
                 flush();
                 log(layer::s10(ctx, variant, rep).await, &mut rows);
+            }
+        }
+        flush();
+    }
+    if selected("S11") && kinds.contains(&Kind::Leasehold) {
+        for rep in 0..reps {
+            let mut variants = election::Variant::ALL;
+            let n = variants.len();
+            variants.rotate_left(rep % n);
+            for variant in variants {
+                flush();
+                log(election::s11(ctx, variant, rep).await, &mut rows);
             }
         }
         flush();

@@ -1,7 +1,8 @@
-//! The scenarios S1–S10, grouped by what they measure, and what they share:
+//! The scenarios S1–S11, grouped by what they measure, and what they share:
 //! the run context and its knobs (quick or default).
 
 pub mod contention;
+pub mod election;
 pub mod family;
 pub mod layer;
 pub mod market;
