@@ -571,3 +571,137 @@ async fn a_lock_all_release_is_not_held_up_by_a_stopped_master() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A key on master `node` (by its lock name's slot), named `stem-N`.
+fn key_on(cluster: &RedisCluster, node: usize, stem: &str) -> String {
+    (0..)
+        .map(|n| format!("{stem}-{n}"))
+        .find(|key| cluster.node_for_slot(slot_of(key)) == node)
+        .expect("a key on every master")
+}
+
+/// A master that restarts empty (same port, same `nodes.conf`, so the same
+/// node id and slots) is a new server process: each client sees it as its
+/// own node. The holder of a lease there is told at once (not at its next
+/// renewal); a client that asked for that key within its lease gets
+/// `Unavailable` for about the lease, yet is granted a key there that it
+/// never asked for; a client with `restart_grace` grants nothing on the
+/// young master, and the other masters keep granting as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_is_noticed_per_node() {
+    const GRACE: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_secs(60);
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .expect("cluster formation");
+    // Older than the grace (uptime counts whole seconds, read 1 s low).
+    while cluster
+        .nodes()
+        .iter()
+        .any(|n| n.info_field("server", "uptime_in_seconds") <= GRACE.as_secs() + 1)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarted = 1;
+    let other = 2;
+    let held = key_on(&cluster, restarted, "held");
+    let elsewhere = key_on(&cluster, other, "elsewhere");
+    let never_asked = key_on(&cluster, restarted, "never");
+    let young = key_on(&cluster, restarted, "young");
+
+    let holder = client(&cluster).await;
+    let peer = client(&cluster).await;
+    let graced = LockClient::builder()
+        .restart_grace(GRACE)
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect with restart_grace");
+    let guard = holder
+        .lock(&held)
+        .ttl(LEASE)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("the holder's lease");
+    let kept = holder
+        .lock(&elsewhere)
+        .ttl(LEASE)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("a lease on another master");
+    assert!(
+        peer.lock(&held)
+            .ttl(LEASE)
+            .try_acquire()
+            .await
+            .expect("ask")
+            .is_none(),
+        "held by the holder"
+    );
+    assert!(
+        graced
+            .lock(&young)
+            .try_acquire()
+            .await
+            .expect("old enough")
+            .is_some(),
+        "the masters are older than the grace"
+    );
+
+    let node = cluster.node_mut(restarted);
+    tokio::task::block_in_place(|| node.restart());
+    let restart = Instant::now();
+    let cluster = Arc::new(cluster);
+    tokio::task::block_in_place(|| cluster.wait_until_ok());
+    println!("cluster ok {:?} after the restart", restart.elapsed());
+
+    // Told at once: long before its first renewal (LEASE / 3).
+    tokio::time::timeout(Duration::from_secs(8), guard.lost())
+        .await
+        .expect("the holder is told that its lease is gone, before its next renewal");
+    println!("holder told {:?} after the restart", restart.elapsed());
+    assert!(!guard.is_held());
+    assert!(kept.is_held(), "a lease on another master is kept");
+
+    let refused = peer
+        .lock(&held)
+        .ttl(LEASE)
+        .try_acquire()
+        .await
+        .expect_err("a key asked for within its lease before the restart is closed");
+    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
+    let left = refused.retry_after().expect("when it reopens");
+    assert!(
+        left > LEASE - Duration::from_secs(15) && left <= LEASE,
+        "closed for about the lease: {left:?}"
+    );
+    assert!(
+        peer.lock(&never_asked)
+            .try_acquire()
+            .await
+            .expect("never asked")
+            .is_some(),
+        "a key never asked for is granted on the restarted master"
+    );
+
+    let young_refused = graced
+        .lock(&young)
+        .try_acquire()
+        .await
+        .expect_err("restart_grace: nothing granted on a master younger than the grace");
+    assert!(young_refused.is_unavailable(), "{young_refused}");
+    assert!(
+        young_refused.retry_after().is_some_and(|d| d <= GRACE),
+        "{young_refused}"
+    );
+    assert!(
+        graced
+            .lock(&key_on(&cluster, other, "graced"))
+            .try_acquire()
+            .await
+            .expect("an old master")
+            .is_some(),
+        "the other masters are older than the grace and grant as usual"
+    );
+}
