@@ -171,7 +171,7 @@ impl<T: Topology> RedisBackend<T> {
             announce,
             mark: self
                 .gate
-                .survival_mark(granted_at, self.topology.slot_of(keys)),
+                .survival_mark(granted_at, || self.topology.slot_of(keys)),
             keep,
             deadline,
             granted_at,

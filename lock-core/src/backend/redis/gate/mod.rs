@@ -282,7 +282,7 @@ impl Gate {
     pub(crate) fn survival_mark(
         &self,
         granted_at: Instant,
-        slot: Option<u16>,
+        slot: impl FnOnce() -> Option<u16>,
     ) -> Option<(Duration, u64)> {
         if !self.marking.load(Ordering::Acquire) {
             return None;
@@ -291,7 +291,7 @@ impl Gate {
         let mut state = self.state();
         match state.mark_until {
             Some(until) if until > now => {
-                let (changed_at, run_id) = state.server(slot);
+                let (changed_at, run_id) = state.server(slot());
                 let held_across = changed_at.is_some_and(|at| granted_at < at);
                 let tag = run_id.and_then(tag_of);
                 tag.filter(|_| held_across).map(|tag| (until - now, tag))
