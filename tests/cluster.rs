@@ -703,6 +703,17 @@ async fn a_master_restarted_empty_is_noticed_per_node() {
         young_refused.retry_after().is_some_and(|d| d <= GRACE),
         "{young_refused}"
     );
+    // A `lock_all` across masters is judged key by key, each on its own
+    // master: its young key refuses it.
+    let across = graced
+        .lock_all([
+            key_on(&cluster, other, "a-all"),
+            key_on(&cluster, restarted, "z-all"),
+        ])
+        .try_acquire()
+        .await
+        .expect_err("restart_grace: a lock_all with a key on the young master");
+    assert!(across.is_unavailable(), "{across}");
     assert!(
         graced
             .lock(key_on(&cluster, other, "graced"))

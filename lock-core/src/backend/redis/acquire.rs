@@ -46,6 +46,16 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
+        if let crate::backend::family::Kind::All(all) = &keys.kind
+            && !self.topology.one_slot()
+        {
+            // Across slots (Redis Cluster), each key lives on its own
+            // primary: each is judged there.
+            for keys in &all.keys {
+                Box::pin(self.admit(keys, ttl)).await?;
+            }
+            return Ok(());
+        }
         match self
             .gate
             .admit(keys.key(), self.topology.slot_of(keys), ttl)?
