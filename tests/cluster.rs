@@ -723,6 +723,30 @@ async fn a_master_restarted_empty_is_noticed_per_node() {
             .is_some(),
         "the other masters are older than the grace and grant as usual"
     );
+
+    // Dropped, a client leaves no connection behind (its identity checker
+    // ends with it): one connection per master.
+    let open = || -> Vec<u64> {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.info_field("clients", "connected_clients"))
+            .collect()
+    };
+    let before = open();
+    drop(peer);
+    let dropped = Instant::now();
+    loop {
+        let open = open();
+        if open.iter().zip(&before).all(|(&now, &was)| now + 1 == was) {
+            break;
+        }
+        assert!(
+            dropped.elapsed() < Duration::from_secs(10),
+            "a dropped client left connections open: {open:?} (before: {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A replica promoted without the data (it restarted empty while its

@@ -200,8 +200,19 @@ fn tell_gate(
 /// found as soon as it is back, and the leases held there are checked then
 /// (not at their next renewal). Ends with the backend.
 async fn recheck_after_breaks(broke: Arc<Notify>, conn: ClusterConnection, gate: Weak<Gate>) {
+    // Ends when the gate (and so the backend) is gone: this task holds the
+    // connection, whose push sender holds `broke`.
+    let Some(mut gone) = gate.upgrade().map(|g| g.changes()) else {
+        return;
+    };
     loop {
-        broke.notified().await;
+        tokio::select! {
+            () = broke.notified() => {}
+            changed = gone.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        }
         let mut delay = Duration::from_millis(10);
         loop {
             let Some(gate) = gate.upgrade() else {
