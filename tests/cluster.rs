@@ -571,3 +571,294 @@ async fn a_lock_all_release_is_not_held_up_by_a_stopped_master() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A key on master `node` (by its lock name's slot), named `stem-N`.
+fn key_on(cluster: &RedisCluster, node: usize, stem: &str) -> String {
+    (0..)
+        .map(|n| format!("{stem}-{n}"))
+        .find(|key| cluster.node_for_slot(slot_of(key)) == node)
+        .expect("a key on every master")
+}
+
+/// A master that restarts empty (same port, same `nodes.conf`, so the same
+/// node id and slots) is a new server process: each client sees it as its
+/// own node. The holder of a lease there is told at once (not at its next
+/// renewal); a client that asked for that key within its lease gets
+/// `Unavailable` for about the lease, yet is granted a key there that it
+/// never asked for; a client with `restart_grace` grants nothing on the
+/// young master, and the other masters keep granting as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_is_noticed_per_node() {
+    const GRACE: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_secs(60);
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .expect("cluster formation");
+    // Older than the grace (uptime counts whole seconds, read 1 s low).
+    while cluster
+        .nodes()
+        .iter()
+        .any(|n| n.info_field("server", "uptime_in_seconds") <= GRACE.as_secs() + 1)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarted = 1;
+    let other = 2;
+    let held = key_on(&cluster, restarted, "held");
+    let elsewhere = key_on(&cluster, other, "elsewhere");
+    let never_asked = key_on(&cluster, restarted, "never");
+    let young = key_on(&cluster, restarted, "young");
+
+    let holder = client(&cluster).await;
+    let peer = client(&cluster).await;
+    let graced = LockClient::builder()
+        .restart_grace(GRACE)
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect with restart_grace");
+    let guard = holder
+        .lock(&held)
+        .ttl(LEASE)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("the holder's lease");
+    let kept = holder
+        .lock(&elsewhere)
+        .ttl(LEASE)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("a lease on another master");
+    assert!(
+        peer.lock(&held)
+            .ttl(LEASE)
+            .try_acquire()
+            .await
+            .expect("ask")
+            .is_none(),
+        "held by the holder"
+    );
+    assert!(
+        graced
+            .lock(&young)
+            .try_acquire()
+            .await
+            .expect("old enough")
+            .is_some(),
+        "the masters are older than the grace"
+    );
+
+    let node = cluster.node_mut(restarted);
+    tokio::task::block_in_place(|| node.restart());
+    let restart = Instant::now();
+    let cluster = Arc::new(cluster);
+    let ok = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.wait_until_ok();
+            Instant::now()
+        })
+    };
+    // Told at once: long before its first renewal (LEASE / 3).
+    tokio::time::timeout(Duration::from_secs(8), guard.lost())
+        .await
+        .expect("the holder is told that its lease is gone, before its next renewal");
+    let told = restart.elapsed();
+    let ok = ok.await.expect("cluster ok") - restart;
+    println!(
+        "cluster/master restarted empty: holder told {told:?} after the restart, cluster ok after {ok:?}"
+    );
+    assert!(!guard.is_held());
+    assert!(kept.is_held(), "a lease on another master is kept");
+
+    let refused = peer
+        .lock(&held)
+        .ttl(LEASE)
+        .try_acquire()
+        .await
+        .expect_err("a key asked for within its lease before the restart is closed");
+    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
+    let left = refused.retry_after().expect("when it reopens");
+    assert!(
+        left > LEASE - Duration::from_secs(15) && left <= LEASE,
+        "closed for about the lease: {left:?}"
+    );
+    assert!(
+        peer.lock(&never_asked)
+            .try_acquire()
+            .await
+            .expect("never asked")
+            .is_some(),
+        "a key never asked for is granted on the restarted master"
+    );
+
+    let young_refused = graced
+        .lock(&young)
+        .try_acquire()
+        .await
+        .expect_err("restart_grace: nothing granted on a master younger than the grace");
+    assert!(young_refused.is_unavailable(), "{young_refused}");
+    assert!(
+        young_refused.retry_after().is_some_and(|d| d <= GRACE),
+        "{young_refused}"
+    );
+    // A `lock_all` across masters is judged key by key, each on its own
+    // master: its young key refuses it.
+    let across = graced
+        .lock_all([
+            key_on(&cluster, other, "a-all"),
+            key_on(&cluster, restarted, "z-all"),
+        ])
+        .try_acquire()
+        .await
+        .expect_err("restart_grace: a lock_all with a key on the young master");
+    assert!(across.is_unavailable(), "{across}");
+    assert!(
+        graced
+            .lock(key_on(&cluster, other, "graced"))
+            .try_acquire()
+            .await
+            .expect("an old master")
+            .is_some(),
+        "the other masters are older than the grace and grant as usual"
+    );
+
+    // Dropped, a client leaves no connection behind (its identity checker
+    // ends with it): one connection per master.
+    let open = || -> Vec<u64> {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.info_field("clients", "connected_clients"))
+            .collect()
+    };
+    let before = open();
+    drop(peer);
+    let dropped = Instant::now();
+    loop {
+        let open = open();
+        if open.iter().zip(&before).all(|(&now, &was)| now + 1 == was) {
+            break;
+        }
+        assert!(
+            dropped.elapsed() < Duration::from_secs(10),
+            "a dropped client left connections open: {open:?} (before: {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A replica promoted without the data (it restarted empty while its
+/// master was down, then took over): a failover of that master's slots,
+/// seen per node. The holder of a lease there is told at once; a key
+/// asked for within its lease is `Unavailable` for about the lease, a key
+/// never asked for is granted; with `restart_grace`, the promoted replica
+/// grants nothing for the grace, counted from when the client saw it take
+/// over (its own uptime says nothing about that), while the other masters
+/// grant as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_without_the_data_is_a_failover_of_its_slots_only() {
+    const GRACE: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_secs(60);
+    let master = 1;
+    let other = 2;
+    let (mut cluster, replica) = tokio::task::spawn_blocking(move || {
+        let mut cluster = RedisCluster::start(3);
+        let replica = cluster.add_replica(master);
+        (cluster, replica)
+    })
+    .await
+    .expect("cluster formation");
+    while cluster
+        .nodes()
+        .iter()
+        .any(|n| n.info_field("server", "uptime_in_seconds") <= GRACE.as_secs() + 1)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let held = key_on(&cluster, master, "held");
+    let never_asked = key_on(&cluster, master, "never");
+    let young = key_on(&cluster, master, "young");
+
+    let holder = client(&cluster).await;
+    let peer = client(&cluster).await;
+    let graced = LockClient::builder()
+        .restart_grace(GRACE)
+        .connect_cluster(cluster.urls())
+        .await
+        .expect("connect with restart_grace");
+    tokio::task::block_in_place(|| cluster.node_mut(replica).stop());
+    let guard = holder
+        .lock(&held)
+        .ttl(LEASE)
+        .renew(true)
+        .acquire()
+        .await
+        .expect("the holder's lease");
+    assert!(
+        peer.lock(&held)
+            .ttl(LEASE)
+            .try_acquire()
+            .await
+            .expect("ask")
+            .is_none(),
+        "held by the holder"
+    );
+
+    // The master dies; its replica comes back empty and takes over.
+    let slot = slot_of(&held);
+    let failover = Instant::now();
+    tokio::task::block_in_place(|| {
+        cluster.node_mut(master).stop();
+        cluster.node_mut(replica).restart();
+        cluster.kill_and_fail_over(master, replica, slot);
+    });
+    let promoted = failover.elapsed();
+    assert_eq!(cluster.node_for_slot(slot), replica);
+    tokio::time::timeout(Duration::from_secs(8), guard.lost())
+        .await
+        .expect("the holder is told that its lease is gone, before its next renewal");
+    println!(
+        "cluster/replica promoted without the data: holder told {:?} after the master died, \
+         replica promoted after {promoted:?}",
+        failover.elapsed()
+    );
+    assert_eq!(guard.lost_cause(), Some(leasehold::LostCause::FailedOver));
+
+    let refused = peer
+        .lock(&held)
+        .ttl(LEASE)
+        .try_acquire()
+        .await
+        .expect_err("a key asked for within its lease before the failover is closed");
+    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
+    let left = refused.retry_after().expect("when it reopens");
+    assert!(
+        left > LEASE - Duration::from_secs(20) && left <= LEASE,
+        "closed for about the lease: {left:?}"
+    );
+    assert!(
+        peer.lock(&never_asked)
+            .try_acquire()
+            .await
+            .expect("never asked")
+            .is_some(),
+        "a key never asked for is granted on the promoted replica"
+    );
+    let young_refused = graced
+        .lock(&young)
+        .try_acquire()
+        .await
+        .expect_err("restart_grace: nothing granted on a primary promoted within the grace");
+    assert!(young_refused.is_unavailable(), "{young_refused}");
+    assert!(
+        graced
+            .lock(key_on(&cluster, other, "graced"))
+            .try_acquire()
+            .await
+            .expect("an old master")
+            .is_some(),
+        "the other masters grant as usual"
+    );
+}

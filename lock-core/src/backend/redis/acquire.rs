@@ -12,11 +12,30 @@ use crate::backend::{Acquired, Attempt, Backend, LockKeys};
 use crate::error::LockError;
 
 impl<T: Topology> RedisBackend<T> {
-    /// Read the server's identity (after a connection, before granting).
+    /// Read the identity of the server(s) that serve `keys` (after a
+    /// connection, before granting): on Redis Cluster, the primary of each
+    /// key's slot, unless read since its connection could have changed.
     pub(super) async fn verify(&self, keys: &LockKeys) -> Result<(), LockError> {
-        let mut con = self.topology.connection();
-        self.gate
-            .check(&mut con, false)
+        if let crate::backend::family::Kind::All(all) = &keys.kind
+            && !self.topology.one_slot()
+        {
+            for keys in &all.keys {
+                self.verify_one(keys).await?;
+            }
+            return Ok(());
+        }
+        self.verify_one(keys).await
+    }
+
+    async fn verify_one(&self, keys: &LockKeys) -> Result<(), LockError> {
+        let slot = self.topology.slot_of(keys);
+        if let Some(slot) = slot
+            && self.gate.is_node_verified(slot)
+        {
+            return Ok(());
+        }
+        self.topology
+            .verify(&self.gate, slot)
             .await
             .map_err(|e| e.with_key(keys.key()))
     }
@@ -27,7 +46,20 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
-        match self.gate.admit(keys.key(), ttl)? {
+        if let crate::backend::family::Kind::All(all) = &keys.kind
+            && !self.topology.one_slot()
+        {
+            // Across slots (Redis Cluster), each key lives on its own
+            // primary: each is judged there.
+            for keys in &all.keys {
+                Box::pin(self.admit(keys, ttl)).await?;
+            }
+            return Ok(());
+        }
+        match self
+            .gate
+            .admit(keys.key(), self.topology.slot_of(keys), ttl)?
+        {
             Admission::Open => Ok(()),
             Admission::Closed(refusal) => Err(refusal),
             Admission::Check(refusal) => self.check_survival(keys, refusal).await,
@@ -59,7 +91,10 @@ impl<T: Topology> RedisBackend<T> {
             })
             .await
             .map_err(|e| e.into_lock_error(&self.server, keys))?;
-        let this_change = self.gate.identity_tag().map(super::scripts::mark_value);
+        let this_change = self
+            .gate
+            .identity_tag(self.topology.slot_of(keys))
+            .map(super::scripts::mark_value);
         if exists || (marked.is_some() && marked == this_change) {
             self.gate.survived(keys.key());
             return Ok(());
@@ -78,7 +113,10 @@ impl<T: Topology> RedisBackend<T> {
         connection: u64,
     ) -> Result<Acquired, LockError> {
         let (keys, token, ttl, _) = attempt.parts();
-        match self.gate.admit(keys.key(), ttl)? {
+        match self
+            .gate
+            .admit(keys.key(), self.topology.slot_of(keys), ttl)?
+        {
             Admission::Open => {}
             Admission::Closed(refusal) => return Err(refusal),
             Admission::Check(refusal) => Box::pin(self.check_survival(keys, refusal)).await?,

@@ -18,6 +18,18 @@
 //!   batch is split by slot, one renewal script per slot, all sent at once
 //!   over the multiplexed node connections: the round trips overlap, and the
 //!   results come back in the batch's order.
+//! - **Each primary's identity.** A primary can restart empty (same node
+//!   id and slots, a new process) or be replaced by a promoted replica
+//!   while the others run on, and redis-rs reconnects to it by itself. The
+//!   command connection speaks RESP3 so that it reports every broken node
+//!   connection: the gate then forgets which primaries were checked, a
+//!   background task reads the slot map and every primary's `INFO` again
+//!   (retrying the ones that do not answer until they do), and a grant on
+//!   a primary not read since reads it first. Restarts and failovers found
+//!   so are announced at once (the holders' leases are checked), and the
+//!   gate judges each key by the primary of its slot (see `gate/nodes.rs`).
+//!   Nothing of this runs on the path of an acquisition in the common case:
+//!   the check there is a lookup in the gate.
 //! - **Release notifications.** On Redis ≥ 7 (checked once at connect), the
 //!   release script publishes with `SPUBLISH` and waiters listen with
 //!   `SSUBSCRIBE`: the message stays on the shard that owns the lock instead of
@@ -29,29 +41,34 @@
 //!   published in between (see `sharded.rs`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
-use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value};
-use tokio::sync::mpsc;
+use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, PushKind, RedisError, RedisResult, Value};
+use tokio::sync::{Notify, mpsc};
 
-use super::gate::Gate;
+use super::gate::{Gate, Identity, Seen, slot_of, within};
 use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
 use super::{RedisBackend, Topology, scan_command};
 use crate::backend::connect::{backend_error, parse_all, shown_all, within_connect_timeout};
 use crate::backend::listener::Running;
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Wakeups;
-use crate::backend::{BoxFuture, Owned, Renewal};
+use crate::backend::{BoxFuture, LockKeys, Owned, Renewal};
 use crate::config::{ConnectSettings, GateSettings};
 use crate::error::LockError;
 
 /// Retries of one request (redirects, `TRYAGAIN`, reconnects), at least this
 /// many: following a migration can take a `MOVED`, an `ASK` and a `TRYAGAIN`.
 const MIN_RETRIES: u32 = 6;
+
+/// The longest pause between two reads of the primaries' identities after
+/// a node connection broke, while one of them does not answer.
+const MAX_CHECK_DELAY: Duration = Duration::from_millis(500);
 
 pub(crate) struct Cluster {
     conn: ClusterConnection,
@@ -79,11 +96,22 @@ impl Cluster {
         let server = format!("cluster[{}]", shown_all(&addresses, ", "));
         let nodes: Vec<ConnectionInfo> = addresses.into_iter().map(|a| a.info).collect();
 
-        let client = build_client(cluster_builder(&nodes, settings), &server)?;
+        let gate = Arc::new(Gate::new_cluster(&server, gate_settings));
+        let broke = Arc::new(Notify::new());
+        let builder = cluster_builder(&nodes, settings)
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(tell_gate(&gate, &broke));
+        let client = build_client(builder, &server)?;
         let mut conn =
             within_connect_timeout(client.get_async_connection(), settings, &server).await?;
-        let gate = Arc::new(Gate::new(&server, gate_settings));
-        gate.check(&mut conn, true).await?;
+        if !check_primaries(&conn, &gate, true, None).await? {
+            return Err(not_all(&server));
+        }
+        tokio::spawn(recheck_after_breaks(
+            broke,
+            conn.clone(),
+            Arc::downgrade(&gate),
+        ));
         let sharded = supports_sharded_pubsub(&mut conn)
             .await
             .map_err(|e| backend_error(&server, e))?;
@@ -146,6 +174,167 @@ impl Cluster {
         }
         Ok(out)
     }
+}
+
+/// The command connection's push sender: a broken node connection is told
+/// to the gate at once (which primary is not said: all are checked again),
+/// and wakes [`recheck_after_breaks`].
+fn tell_gate(
+    gate: &Arc<Gate>,
+    broke: &Arc<Notify>,
+) -> impl Fn(redis::PushInfo) -> Result<(), std::convert::Infallible> + Send + Sync + 'static {
+    let (gate, broke) = (Arc::downgrade(gate), broke.clone());
+    move |push: redis::PushInfo| {
+        if push.kind == PushKind::Disconnection
+            && let Some(gate) = gate.upgrade()
+        {
+            gate.disconnected();
+            broke.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// After a node connection broke, read every primary's identity again
+/// until all have answered: a primary that restarted or was replaced is
+/// found as soon as it is back, and the leases held there are checked then
+/// (not at their next renewal). Ends with the backend.
+async fn recheck_after_breaks(broke: Arc<Notify>, conn: ClusterConnection, gate: Weak<Gate>) {
+    // Ends when the gate (and so the backend) is gone: this task holds the
+    // connection, whose push sender holds `broke`.
+    let Some(mut gone) = gate.upgrade().map(|g| g.changes()) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = broke.notified() => {}
+            changed = gone.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        }
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let Some(gate) = gate.upgrade() else {
+                return;
+            };
+            match check_primaries(&conn, &gate, false, None).await {
+                Ok(true) => break,
+                Ok(false) => tracing::debug!("leasehold: a cluster primary not back yet"),
+                Err(error) => tracing::debug!(%error, "leasehold: cluster not back yet"),
+            }
+            drop(gate);
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_CHECK_DELAY);
+        }
+    }
+}
+
+fn not_all(server: &str) -> LockError {
+    LockError::Unavailable {
+        key: None,
+        server: server.to_owned(),
+        reason: "a primary did not answer; a primary's identity is read before it grants \
+                 anything after its connection broke (it may have restarted empty)"
+            .to_owned(),
+        retry_after: None,
+    }
+}
+
+/// One primary in `CLUSTER SLOTS`: node id, host, port, slot ranges.
+type Primary = (String, String, u16, Vec<(u16, u16)>);
+
+/// Read the slot map and the `INFO` of every primary (`only`: of the one
+/// serving that slot), all at once, each routed to its address, and apply
+/// them to the gate. `Ok(false)` when a primary did not answer (the others
+/// are applied).
+async fn check_primaries(
+    conn: &ClusterConnection,
+    gate: &Gate,
+    first: bool,
+    only: Option<u16>,
+) -> Result<bool, LockError> {
+    let server = gate.server();
+    let connection = gate.connection_number();
+    let mut con = conn.clone();
+    let map = slot_map(&mut con)
+        .await
+        .map_err(|e| backend_error(server, e))?;
+    let infos = join_all(map.iter().map(|(_, host, port, slots)| {
+        let mut con = conn.clone();
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port: *port,
+        });
+        let wanted = only.is_none_or(|slot| within(slots, slot));
+        async move {
+            if wanted {
+                Some(con.route_command(redis::cmd("INFO"), routing).await)
+            } else {
+                None
+            }
+        }
+    }))
+    .await;
+    let mut answered = Vec::new();
+    let mut seen = Vec::with_capacity(map.len());
+    let mut all = true;
+    for ((id, host, port, slots), info) in map.into_iter().zip(infos) {
+        let identity = match info {
+            None => None,
+            Some(Ok(info)) => {
+                let identity = Identity::from_info(&info);
+                answered.push(info);
+                Some(identity)
+            }
+            Some(Err(error)) => {
+                tracing::debug!(%error, host, port, "leasehold: a cluster primary did not answer INFO");
+                all = false;
+                None
+            }
+        };
+        seen.push(Seen {
+            id,
+            slots,
+            identity,
+        });
+    }
+    gate.apply_cluster(
+        seen,
+        Identity::from_info(&Value::Array(answered)),
+        first,
+        connection,
+    )?;
+    Ok(all)
+}
+
+/// The primaries and their slots, from `CLUSTER SLOTS`.
+async fn slot_map(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
+    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut found: Vec<Primary> = Vec::new();
+    for range in ranges {
+        // [start, end, [host, port, id, ...], replicas...]
+        let Value::Array(parts) = range else { continue };
+        let (Some(start), Some(end), Some(Value::Array(primary))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let (Some(host), Some(port), Some(id)) = (primary.first(), primary.get(1), primary.get(2))
+        else {
+            continue;
+        };
+        let start: u16 = redis::from_redis_value_ref(start)?;
+        let end: u16 = redis::from_redis_value_ref(end)?;
+        let host: String = redis::from_redis_value_ref(host)?;
+        let port: u16 = redis::from_redis_value_ref(port)?;
+        let id: String = redis::from_redis_value_ref(id)?;
+        match found.iter_mut().find(|p| p.0 == id) {
+            Some(p) => p.3.push((start, end)),
+            None => found.push((id, host, port, vec![(start, end)])),
+        }
+    }
+    Ok(found)
 }
 
 /// The primaries (host, port) that serve slots now, from `CLUSTER SLOTS`.
@@ -283,6 +472,28 @@ impl Topology for Cluster {
         let mut slots = names.iter().map(|name| Slot::for_key(name.as_bytes()));
         let first = slots.next();
         slots.all(|slot| Some(slot) == first)
+    }
+
+    fn slot_of(&self, keys: &LockKeys) -> Option<u16> {
+        Some(slot_of(keys.lock().as_bytes()))
+    }
+
+    /// The slot map and the identity of the primary serving `slot` (every
+    /// primary's without one); an error when it did not answer (a primary
+    /// that is down holds up no grant on the others).
+    fn verify<'a>(
+        &'a self,
+        gate: &'a Gate,
+        slot: Option<u16>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let all = check_primaries(&self.conn, gate, false, slot).await?;
+            match slot {
+                Some(slot) if !gate.is_node_verified(slot) => Err(not_all(&self.server)),
+                None if !all => Err(not_all(&self.server)),
+                _ => Ok(()),
+            }
+        })
     }
 
     fn renew<'a>(

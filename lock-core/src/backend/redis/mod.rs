@@ -117,6 +117,23 @@ pub(crate) trait Topology: Send + Sync + 'static {
     fn same_slot(&self, _names: &[&str]) -> bool {
         true
     }
+
+    /// The slot of a lock's names, where the gate keeps state per server
+    /// (Redis Cluster: per primary); `None` for one server.
+    fn slot_of(&self, _keys: &LockKeys) -> Option<u16> {
+        None
+    }
+
+    /// Read the identity of the server that serves `slot` (every server
+    /// behind the connection, by default) and apply it to `gate`: before a
+    /// grant on a server not checked since its connection could have
+    /// changed.
+    fn verify<'a>(&'a self, gate: &'a Gate, _slot: Option<u16>) -> Reply<'a, ()> {
+        Box::pin(async move {
+            let mut con = self.connection();
+            gate.check(&mut con, false).await
+        })
+    }
 }
 
 pub(crate) struct RedisBackend<T: Topology> {
@@ -322,7 +339,10 @@ impl<T: Topology> Backend for RedisBackend<T> {
                     .iter()
                     .zip(&owned)
                     .filter(|(_, o)| **o == Owned::Yes)
-                    .map(|(renewal, _)| (renewal.keys.key(), renewal.ttl)),
+                    .map(|(renewal, _)| {
+                        let slot = self.topology.slot_of(&renewal.keys);
+                        (renewal.keys.key(), slot, renewal.ttl)
+                    }),
             );
             Ok(owned)
         })

@@ -169,7 +169,9 @@ impl<T: Topology> RedisBackend<T> {
             publish: self.topology.publish(),
             one_server: self.topology.fast_path(),
             announce,
-            mark: self.gate.survival_mark(granted_at),
+            mark: self
+                .gate
+                .survival_mark(granted_at, || self.topology.slot_of(keys)),
             keep,
             deadline,
             granted_at,

@@ -26,7 +26,7 @@ pub(super) fn evicts(policy: &str) -> bool {
 impl Identity {
     /// From an `INFO` reply: one server's text, or (Cluster) one per node,
     /// in which case the most restrictive wins.
-    pub(super) fn from_info(info: &Value) -> Identity {
+    pub(crate) fn from_info(info: &Value) -> Identity {
         let mut identity = Identity::default();
         let mut texts = Vec::new();
         collect_texts(info, &mut texts);

@@ -29,6 +29,11 @@
 //! - **Restart grace.** With `restart_grace(d)`, a server whose uptime is
 //!   below `d` grants nothing until it is `d` old: this covers clients that
 //!   never saw the restart (they connected afterwards).
+//! - **Redis Cluster.** Each primary is a server of its own (see
+//!   `nodes.rs`): its identity, grace and changes are kept per primary, and
+//!   a key is judged by the primary that serves its slot. A restart of one
+//!   primary closes only the keys asked for in its slots; slots taken over
+//!   by a promoted replica are closed as after a failover.
 //!
 //! A refusal is [`LockError::Unavailable`] with the time left, never `Busy`.
 //! Read with `INFO` (not `CONFIG GET`, which managed services often disable).
@@ -52,10 +57,16 @@ use crate::error::{LockError, LostCause};
 
 mod asks;
 mod identity;
+mod nodes;
 
 use asks::{Asks, KeyHash};
 pub(crate) use identity::Identity;
 use identity::evicts;
+#[cfg(feature = "cluster")]
+use nodes::Node;
+use nodes::Nodes;
+#[cfg(feature = "cluster")]
+pub(crate) use nodes::{Seen, slot_of, within};
 
 /// How many keys' asks are kept before the expired ones are swept out.
 const SWEEP_AT: usize = 1024;
@@ -84,9 +95,9 @@ struct State {
     run_id: Option<String>,
     /// No grants at all before this instant (the restart grace).
     young_until: Option<Instant>,
-    /// Per key (by its [`KeyHash`]): the leases asked for that could still
-    /// run (see the module docs).
-    asks: HashMap<u64, Asks, KeyHash>,
+    /// Per key (by its [`KeyHash`]): its slot (Cluster; zero otherwise)
+    /// and the leases asked for that could still run (see the module docs).
+    asks: HashMap<u64, (u16, Asks), KeyHash>,
     /// Keys asked for before a change (by their [`KeyHash`]), each closed
     /// until then, and why.
     closed: HashMap<u64, (Instant, LostCause), KeyHash>,
@@ -104,6 +115,10 @@ struct State {
     /// Grants refused outright (an evicting server seen on a reconnect).
     refused: Option<LockError>,
     warned_eviction: bool,
+    /// Redis Cluster: each primary's own identity, grace and changes
+    /// (`run_id`, `young_until` and `changed_at` above are then unused,
+    /// but `changed_at` keeps the latest change of any primary).
+    cluster: Option<Nodes>,
 }
 
 /// Whether a key may be granted now.
@@ -121,11 +136,22 @@ pub(crate) enum Admission {
 
 impl Gate {
     pub(crate) fn new(server: &str, settings: GateSettings) -> Gate {
+        Gate::with_state(server, settings, None)
+    }
+
+    /// The gate of a Redis Cluster: per primary (see `nodes.rs`).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn new_cluster(server: &str, settings: GateSettings) -> Gate {
+        Gate::with_state(server, settings, Some(Nodes::default()))
+    }
+
+    fn with_state(server: &str, settings: GateSettings, cluster: Option<Nodes>) -> Gate {
         Gate {
             server: server.to_owned(),
             settings,
             state: Mutex::new(State {
                 sweep_at: SWEEP_AT,
+                cluster,
                 ..State::default()
             }),
             marking: AtomicBool::new(false),
@@ -142,18 +168,27 @@ impl Gate {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Before an attempt on `key` with a lease of `ttl`: remember the ask
-    /// (granted or not, it tells how long a peer may hold this key), and say
-    /// whether the key may be granted now.
-    pub(crate) fn admit(&self, key: &str, ttl: Duration) -> Result<Admission, LockError> {
+    /// Before an attempt on `key` (in `slot`, on Redis Cluster) with a
+    /// lease of `ttl`: remember the ask (granted or not, it tells how long a
+    /// peer may hold this key), and say whether the key may be granted now.
+    pub(crate) fn admit(
+        &self,
+        key: &str,
+        slot: Option<u16>,
+        ttl: Duration,
+    ) -> Result<Admission, LockError> {
         let now = Instant::now();
         let mut state = self.state();
         if let Some(refused) = &state.refused {
             return Err(refused.clone().with_key(key));
         }
         let hash = state.hash(key);
-        state.remember(hash, ttl, now);
-        if let Some(until) = state.young_until {
+        state.remember(hash, slot.unwrap_or(0), ttl, now);
+        let young = match (&state.cluster, slot) {
+            (Some(nodes), Some(slot)) => nodes.owner(slot).and_then(|node| node.young_until),
+            _ => state.young_until,
+        };
+        if let Some(until) = young {
             if now < until {
                 let reason = format!(
                     "it is younger than the restart grace ({:?}); a lock held before it started may still be relied on",
@@ -161,7 +196,9 @@ impl Gate {
                 );
                 return Ok(Admission::Closed(self.refusal(key, reason, until - now)));
             }
-            state.young_until = None;
+            if state.cluster.is_none() {
+                state.young_until = None;
+            }
         }
         if !self.any_closed.load(Ordering::Acquire) {
             return Ok(Admission::Open);
@@ -188,13 +225,16 @@ impl Gate {
     /// skipped): like asks, they tell how long each key may be held (by
     /// this client) after a change; and found there, each key survived any
     /// change. One lock of the state for the whole batch.
-    pub(crate) fn renewed<'k>(&self, leases: impl IntoIterator<Item = (&'k str, Duration)>) {
+    pub(crate) fn renewed<'k>(
+        &self,
+        leases: impl IntoIterator<Item = (&'k str, Option<u16>, Duration)>,
+    ) {
         let now = Instant::now();
         let mut state = self.state();
-        for (key, ttl) in leases {
+        for (key, slot, ttl) in leases {
             let hash = state.hash(key);
             if !ttl.is_zero() {
-                state.remember(hash, ttl, now);
+                state.remember(hash, slot.unwrap_or(0), ttl, now);
             }
             state.closed.remove(&hash);
         }
@@ -239,7 +279,11 @@ impl Gate {
     /// here, it shows that its key's state survived *this* change. A lease
     /// granted after the change shows nothing about the leases the change
     /// may have lost, and leaves no mark.
-    pub(crate) fn survival_mark(&self, granted_at: Instant) -> Option<(Duration, u64)> {
+    pub(crate) fn survival_mark(
+        &self,
+        granted_at: Instant,
+        slot: impl FnOnce() -> Option<u16>,
+    ) -> Option<(Duration, u64)> {
         if !self.marking.load(Ordering::Acquire) {
             return None;
         }
@@ -247,8 +291,9 @@ impl Gate {
         let mut state = self.state();
         match state.mark_until {
             Some(until) if until > now => {
-                let held_across = state.changed_at.is_some_and(|at| granted_at < at);
-                let tag = state.run_id.as_deref().and_then(tag_of);
+                let (changed_at, run_id) = state.server(slot());
+                let held_across = changed_at.is_some_and(|at| granted_at < at);
+                let tag = run_id.and_then(tag_of);
                 tag.filter(|_| held_across).map(|tag| (until - now, tag))
             }
             _ => {
@@ -268,14 +313,27 @@ impl Gate {
     /// The tag of the server's `run_id` as this client knows it now (its
     /// first 64 bits): the value of a survival mark written after the last
     /// change. `None` before the identity was read.
-    pub(crate) fn identity_tag(&self) -> Option<u64> {
-        self.state().run_id.as_deref().and_then(tag_of)
+    pub(crate) fn identity_tag(&self, slot: Option<u16>) -> Option<u64> {
+        self.state().server(slot).1.and_then(tag_of)
     }
 
-    /// Whether the server's identity was read since the last (re)connection:
-    /// until it is, nothing is granted there.
+    /// Whether the server's identity (every primary's, on Redis Cluster)
+    /// was read since the last (re)connection: until it is, nothing is
+    /// granted there.
     pub(crate) fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)
+    }
+
+    /// Redis Cluster: whether the identity of the primary serving `slot`
+    /// was read since the connections could have changed.
+    pub(crate) fn is_node_verified(&self, slot: u16) -> bool {
+        self.is_verified()
+            || self
+                .state()
+                .cluster
+                .as_ref()
+                .and_then(|nodes| nodes.owner(slot))
+                .is_some_and(|node| node.verified)
     }
 
     /// The connection was re-established (or broke): read the identity
@@ -288,15 +346,33 @@ impl Gate {
     /// manager, before it reconnects).
     pub(crate) fn disconnected(&self) {
         // Unchecked first, then numbered: whoever reads the new number
-        // (before asking `is_verified`) sees the check cleared.
+        // (before asking `is_verified`) sees the check cleared. On Redis
+        // Cluster, which primary's connection broke is not told: all of
+        // them are read again.
         self.unverify();
+        let mut state = self.state();
+        if let Some(nodes) = &mut state.cluster {
+            nodes
+                .nodes
+                .iter_mut()
+                .for_each(|node| node.verified = false);
+        }
+        // Under the state's lock: a check that read identities before this
+        // disconnection (see `apply_cluster`) marks nothing checked.
         self.connections.fetch_add(1, Ordering::AcqRel);
+        drop(state);
     }
 
     /// Which connection this is: changes with every disconnection, so a
     /// reply that arrives under another number may come from another server.
     pub(crate) fn connection_number(&self) -> u64 {
         self.connections.load(Ordering::Acquire)
+    }
+
+    /// The server(s), credentials redacted.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn server(&self) -> &str {
+        &self.server
     }
 
     /// The native conditional commands to use on this server now.
@@ -355,7 +431,7 @@ impl Gate {
                 state.young_until = later(state.young_until, now + self.settings.restart_grace);
             }
             // The new primary is another server: close as for a restart.
-            state.close_asked(now, LostCause::FailedOver);
+            state.close_asked(now, LostCause::FailedOver, |_| true);
             self.flag(&state);
         }
         self.apply_as(identity, false, LostCause::FailedOver)
@@ -454,7 +530,7 @@ impl Gate {
             _ => false,
         };
         if restarted {
-            let closed = state.close_asked(now, cause);
+            let closed = state.close_asked(now, cause, |_| true);
             self.flag(&state);
             tracing::warn!(server = %self.server, closed, "leasehold: the server restarted (its run_id changed); leases held there are checked now, and keys asked for within their lease before it are not granted there until that lease could have run out");
         }
@@ -472,7 +548,119 @@ impl Gate {
     }
 }
 
+#[cfg(feature = "cluster")]
+impl Gate {
+    /// Redis Cluster: apply what a check saw of the primaries (`seen`),
+    /// and of those read together (`all`: the eviction policy and the
+    /// native commands). A primary whose `run_id` changed restarted: the
+    /// keys asked for in its slots are closed, and the change announced.
+    /// Slots now served by a primary that took them over from one that is
+    /// no primary any more were failed over (its replica may not have had
+    /// the data): closed likewise, and with `restart_grace` the new
+    /// primary grants nothing there for the grace, counted from now (its
+    /// uptime says nothing about when it became primary). At connect
+    /// (`first`), an evicting server is an error. A primary not read
+    /// (`identity: None`) keeps its state; one read is marked checked
+    /// unless a connection broke since `connection` (the
+    /// [`connection_number`](Self::connection_number) before the reads).
+    pub(crate) fn apply_cluster(
+        &self,
+        seen: Vec<Seen>,
+        all: Identity,
+        first: bool,
+        connection: u64,
+    ) -> Result<(), LockError> {
+        if let Some(natives) = all.natives.filter(|_| !self.settings.lua_only) {
+            self.offered.learn(natives);
+        }
+        let now = Instant::now();
+        let grace = self.settings.restart_grace;
+        let mut state = self.state();
+        self.judge_eviction(&mut state, all.policy.as_deref(), first)?;
+        let current = self.connection_number() == connection;
+        let old = state.cluster.take().unwrap_or_default();
+        let primaries: Vec<&str> = seen.iter().map(|s| s.id.as_str()).collect();
+        let taken: Vec<Vec<(u16, u16)>> = seen
+            .iter()
+            .map(|s| {
+                if first {
+                    Vec::new()
+                } else {
+                    old.taken_over(&s.id, &s.slots, &primaries)
+                }
+            })
+            .collect();
+        let mut nodes = Nodes::default();
+        let mut changes = Vec::new();
+        for (seen, taken) in seen.into_iter().zip(taken) {
+            let mut node = old
+                .by_id(&seen.id)
+                .cloned()
+                .unwrap_or_else(|| Node::new(seen.id.clone()));
+            if let Some(identity) = seen.identity {
+                if let Some(uptime) = identity
+                    .uptime
+                    .map(|u| u.saturating_sub(Duration::from_secs(1)))
+                    && uptime < grace
+                {
+                    node.young_until = later(node.young_until, now + (grace - uptime));
+                }
+                let restarted = matches!(
+                    (&node.run_id, &identity.run_id),
+                    (Some(known), Some(new)) if known != new
+                );
+                if restarted {
+                    let closed =
+                        state.close_asked(now, LostCause::Restarted, |s| within(&seen.slots, s));
+                    node.changed_at = Some(now);
+                    changes.push(LostCause::Restarted);
+                    tracing::warn!(server = %self.server, node = %seen.id, closed, "leasehold: a cluster primary restarted (its run_id changed); leases held there are checked now, and keys asked for in its slots within their lease before it are not granted until that lease could have run out");
+                }
+                if identity.run_id.is_some() {
+                    node.run_id = identity.run_id;
+                }
+                node.verified |= current;
+            }
+            if !taken.is_empty() {
+                let closed = state.close_asked(now, LostCause::FailedOver, |s| within(&taken, s));
+                if !grace.is_zero() {
+                    node.young_until = later(node.young_until, now + grace);
+                }
+                node.changed_at = Some(now);
+                changes.push(LostCause::FailedOver);
+                tracing::warn!(server = %self.server, node = %seen.id, closed, "leasehold: a cluster primary took over slots of one that is no primary any more (a failover); leases held there are checked now, and keys asked for in those slots within their lease before it are not granted until that lease could have run out");
+            }
+            nodes.add(node, &seen.slots);
+        }
+        let all_verified = nodes.nodes.iter().all(|node| node.verified);
+        state.cluster = Some(nodes);
+        self.flag(&state);
+        if all_verified && current {
+            self.verified.store(true, Ordering::Release);
+        }
+        drop(state);
+        for cause in changes {
+            self.changes.send_modify(|change| {
+                change.generation += 1;
+                change.cause = cause;
+            });
+        }
+        Ok(())
+    }
+}
+
 impl State {
+    /// When this client saw the server that holds `slot` change, and its
+    /// `run_id`: the primary serving it on Redis Cluster.
+    fn server(&self, slot: Option<u16>) -> (Option<Instant>, Option<&str>) {
+        match (&self.cluster, slot) {
+            (Some(nodes), Some(slot)) => nodes.owner(slot).map_or((None, None), |node| {
+                (node.changed_at, node.run_id.as_deref())
+            }),
+            _ => (self.changed_at, self.run_id.as_deref()),
+        }
+    }
+
     /// `key`'s hash in `asks` and `closed`. Two keys with one hash (about
     /// one chance in 2^64 per pair) share their asks: a restart may then
     /// close one of them longer than its own leases need, never shorter.
@@ -482,26 +670,30 @@ impl State {
 
     /// Remember that the key hashed `hash` was asked for with a lease of
     /// `ttl` at `now`.
-    fn remember(&mut self, hash: u64, ttl: Duration, now: Instant) {
-        if let Some(asks) = self.asks.get_mut(&hash) {
+    fn remember(&mut self, hash: u64, slot: u16, ttl: Duration, now: Instant) {
+        if let Some((_, asks)) = self.asks.get_mut(&hash) {
             asks.ask(ttl, now);
             return;
         }
         if self.asks.len() >= self.sweep_at {
             // Forget the asks whose leases have run out: they cannot be
             // held unseen by anyone now.
-            self.asks.retain(|_, asks| asks.running(now));
+            self.asks.retain(|_, (_, asks)| asks.running(now));
             self.sweep_at = (self.asks.len() * 2).max(SWEEP_AT);
         }
-        self.asks.insert(hash, Asks::One((ttl, now)));
+        self.asks.insert(hash, (slot, Asks::One((ttl, now))));
     }
 
-    /// A change at `now`: close every key asked for with a lease that could
-    /// still run, until that lease could have run out counted from now.
-    /// Returns how many keys are closed.
-    fn close_asked(&mut self, now: Instant, cause: LostCause) -> usize {
+    /// A change at `now` of the server holding the slots `on` accepts:
+    /// close every key asked for there with a lease that could still run,
+    /// until that lease could have run out counted from now. Returns how
+    /// many keys are closed.
+    fn close_asked(&mut self, now: Instant, cause: LostCause, on: impl Fn(u16) -> bool) -> usize {
         self.changed_at = later(self.changed_at, now);
-        for (&hash, asks) in &self.asks {
+        for (&hash, (slot, asks)) in &self.asks {
+            if !on(*slot) {
+                continue;
+            }
             if let Some(lease) = asks.longest_running(now) {
                 let until = now + lease;
                 let entry = self.closed.entry(hash).or_insert((until, cause));
@@ -580,26 +772,27 @@ mod tests {
         restarted(&gate, "a");
         let hour = Duration::from_secs(3600);
         // Asked for an hour an hour and a half ago: that lease has run out.
-        assert_eq!(gate.admit("old", hour), Ok(Admission::Open));
+        assert_eq!(gate.admit("old", None, hour), Ok(Admission::Open));
         tokio::time::advance(Duration::from_secs(5400)).await;
         assert_eq!(
-            gate.admit("recent", Duration::from_secs(10)),
+            gate.admit("recent", None, Duration::from_secs(10)),
             Ok(Admission::Open)
         );
         tokio::time::advance(Duration::from_secs(4)).await;
         restarted(&gate, "b");
 
         assert_eq!(
-            gate.admit("old", hour),
+            gate.admit("old", None, hour),
             Ok(Admission::Open),
             "a lease that ran out long ago closes nothing"
         );
         assert_eq!(
-            gate.admit("never", hour),
+            gate.admit("never", None, hour),
             Ok(Admission::Open),
             "a key not asked for stays open"
         );
-        let Ok(Admission::Check(error)) = gate.admit("recent", Duration::from_secs(10)) else {
+        let Ok(Admission::Check(error)) = gate.admit("recent", None, Duration::from_secs(10))
+        else {
             panic!("the key asked for 4 s before the restart must be closed");
         };
         assert!(error.is_unavailable() && !error.is_busy(), "{error}");
@@ -609,7 +802,7 @@ mod tests {
         // Its state survived: open at once.
         gate.survived("recent");
         assert_eq!(
-            gate.admit("recent", Duration::from_secs(10)),
+            gate.admit("recent", None, Duration::from_secs(10)),
             Ok(Admission::Open)
         );
     }
@@ -619,18 +812,24 @@ mod tests {
         let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         assert_eq!(
-            gate.admit("k", Duration::from_secs(30)),
+            gate.admit("k", None, Duration::from_secs(30)),
             Ok(Admission::Open)
         );
-        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        assert_eq!(
+            gate.admit("k", None, Duration::from_secs(2)),
+            Ok(Admission::Open)
+        );
         restarted(&gate, "b");
         tokio::time::advance(Duration::from_secs(29)).await;
         assert!(matches!(
-            gate.admit("k", Duration::from_secs(2)),
+            gate.admit("k", None, Duration::from_secs(2)),
             Ok(Admission::Check(_))
         ));
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        assert_eq!(
+            gate.admit("k", None, Duration::from_secs(2)),
+            Ok(Admission::Open)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -638,21 +837,27 @@ mod tests {
         let gate = Gate::new("redis://h", GateSettings::default());
         restarted(&gate, "a");
         assert_eq!(
-            gate.admit("k", Duration::from_secs(30)),
+            gate.admit("k", None, Duration::from_secs(30)),
             Ok(Admission::Open)
         );
         tokio::time::advance(Duration::from_secs(29)).await;
-        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        assert_eq!(
+            gate.admit("k", None, Duration::from_secs(2)),
+            Ok(Admission::Open)
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         // The 30 s lease has just run out; the 2 s one runs another second:
         // closed for its 2 s, not for 30.
         restarted(&gate, "b");
-        let Ok(Admission::Check(error)) = gate.admit("k", Duration::from_secs(2)) else {
+        let Ok(Admission::Check(error)) = gate.admit("k", None, Duration::from_secs(2)) else {
             panic!("the key asked for 2 s a second before the restart must be closed");
         };
         assert_eq!(error.retry_after(), Some(Duration::from_secs(2)));
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(gate.admit("k", Duration::from_secs(2)), Ok(Admission::Open));
+        assert_eq!(
+            gate.admit("k", None, Duration::from_secs(2)),
+            Ok(Admission::Open)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -672,14 +877,114 @@ mod tests {
             natives: None,
         };
         assert!(gate.apply(identity, true).is_ok());
-        let Ok(Admission::Closed(error)) = gate.admit("any", Duration::from_secs(1)) else {
+        let Ok(Admission::Closed(error)) = gate.admit("any", None, Duration::from_secs(1)) else {
             panic!("a young server grants nothing");
         };
         assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
         tokio::time::advance(Duration::from_secs(7)).await;
         assert_eq!(
-            gate.admit("any", Duration::from_secs(1)),
+            gate.admit("any", None, Duration::from_secs(1)),
             Ok(Admission::Open)
         );
+    }
+
+    #[cfg(feature = "cluster")]
+    fn primary(id: &str, slots: (u16, u16), run_id: &str, uptime: u64) -> Seen {
+        Seen {
+            id: id.into(),
+            slots: vec![slots],
+            identity: Some(Identity {
+                run_id: Some(run_id.into()),
+                uptime: Some(Duration::from_secs(uptime)),
+                policy: None,
+                natives: None,
+            }),
+        }
+    }
+
+    /// Redis Cluster: a primary that restarts closes only the keys asked
+    /// for in its slots, and its youth refuses grants there only; slots
+    /// taken over from a primary that is gone are a failover of those
+    /// slots, with the grace counted from then.
+    #[cfg(feature = "cluster")]
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_primary_changes_alone() {
+        let gate = Gate::new_cluster(
+            "cluster[h]",
+            GateSettings {
+                restart_grace: Duration::from_secs(10),
+                allow_eviction: false,
+                lua_only: false,
+            },
+        );
+        let mut changes = gate.changes();
+        let apply = |seen: Vec<Seen>| {
+            let connection = gate.connection_number();
+            assert!(
+                gate.apply_cluster(seen, Identity::default(), false, connection)
+                    .is_ok()
+            );
+        };
+        apply(vec![
+            primary("a", (0, 99), "a100000000000000", 100),
+            primary("b", (100, 199), "b100000000000000", 100),
+        ]);
+        assert!(gate.is_verified());
+        let lease = Duration::from_secs(30);
+        assert_eq!(gate.admit("on-a", Some(5), lease), Ok(Admission::Open));
+        assert_eq!(gate.admit("on-b", Some(150), lease), Ok(Admission::Open));
+
+        // a restarts empty, 3 s ago.
+        gate.disconnected();
+        assert!(!gate.is_node_verified(5) && !gate.is_node_verified(150));
+        apply(vec![
+            primary("a", (0, 99), "a200000000000000", 3),
+            primary("b", (100, 199), "b100000000000000", 100),
+        ]);
+        assert!(
+            changes.has_changed().unwrap_or(false),
+            "the restart is announced"
+        );
+        assert_eq!(changes.borrow_and_update().cause, LostCause::Restarted);
+        let Ok(Admission::Closed(young)) = gate.admit("other-on-a", Some(6), lease) else {
+            panic!("a primary younger than the grace grants nothing");
+        };
+        assert!(
+            young
+                .retry_after()
+                .is_some_and(|d| d <= Duration::from_secs(8))
+        );
+        assert_eq!(
+            gate.admit("on-b", Some(150), lease),
+            Ok(Admission::Open),
+            "b neither restarted nor is young"
+        );
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(
+            matches!(gate.admit("on-a", Some(5), lease), Ok(Admission::Check(_))),
+            "the key asked for on a is closed for its lease"
+        );
+        assert_eq!(
+            gate.admit("other-on-a", Some(6), lease),
+            Ok(Admission::Open)
+        );
+
+        // b's slots taken over by c (b is no primary any more): a failover.
+        apply(vec![
+            primary("a", (0, 99), "a200000000000000", 20),
+            primary("c", (100, 199), "c100000000000000", 500),
+        ]);
+        assert_eq!(changes.borrow_and_update().cause, LostCause::FailedOver);
+        let Ok(Admission::Closed(young)) = gate.admit("fresh-on-c", Some(120), lease) else {
+            panic!("a promoted replica grants nothing for the grace");
+        };
+        assert_eq!(young.retry_after(), Some(Duration::from_secs(10)));
+        assert_eq!(
+            gate.admit("fresh-on-a", Some(7), lease),
+            Ok(Admission::Open)
+        );
+        // Survival marks name each primary's own process.
+        assert_eq!(gate.identity_tag(Some(5)), Some(0xa200_0000_0000_0000));
+        assert_eq!(gate.identity_tag(Some(120)), Some(0xc100_0000_0000_0000));
     }
 }
