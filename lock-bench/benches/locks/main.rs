@@ -127,7 +127,7 @@ fn main() {
     println!("{}", report::checks_text(&checks(&medians)));
     println!("{}", floor_text(&medians));
     println!("{}", family_text(&medians));
-    println!("{}", layer_text(&medians));
+    println!("{}", layer_text(&rows, &medians));
     let path = report::jsonl_path();
     match report::write_jsonl(&medians, &path, &server) {
         Ok(n) => println!("\nwrote {n} records to {}", path.display()),

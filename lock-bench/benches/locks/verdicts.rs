@@ -478,9 +478,27 @@ pub(crate) fn peers_text(rows: &[Row], scenario: &str, leasehold: f64) -> String
 }
 
 /// S10: the layer's requests/s and allocations per request against the
-/// same handler taking the lock by hand.
-pub(crate) fn layer_text(rows: &[Row]) -> String {
+/// same handler taking the lock by hand. The ratio is the median of each
+/// repetition's own ratio (the two variants run back to back), which a
+/// machine whose load drifts between repetitions disturbs far less than a
+/// ratio of two medians.
+pub(crate) fn layer_text(all: &[Row], rows: &[Row]) -> String {
     let get = |imp: &str| report::find(rows, "S10 tower layer", imp);
+    let s10: Vec<&Record> = all
+        .iter()
+        .filter_map(|row| match row {
+            Row::Ok(record) if record.scenario == "S10 tower layer" => Some(record),
+            _ => None,
+        })
+        .collect();
+    let mut paired: Vec<f64> = s10
+        .chunks_exact(2)
+        .filter_map(|pair| {
+            let ops = |name: &str| pair.iter().find(|r| r.imp == name).map(|r| r.ops_per_s);
+            Some(ops("leasehold layer")? / ops("leasehold by hand")?)
+        })
+        .collect();
+    paired.sort_by(f64::total_cmp);
     let mut out =
         String::from("\nThe tower layer (S10: axum through oneshot, 64 tasks, fresh keys)\n");
     match (get("leasehold layer"), get("leasehold by hand")) {
@@ -489,12 +507,19 @@ pub(crate) fn layer_text(rows: &[Row]) -> String {
                 r.get_f64("allocs_per_request")
                     .map_or_else(|| "?".to_owned(), |a| format!("{a:.1}"))
             };
+            let ratio = paired
+                .get(paired.len().saturating_sub(1) / 2)
+                .copied()
+                .unwrap_or(layer.ops_per_s / hand.ops_per_s);
+            let each: Vec<String> = paired.iter().map(|r| format!("{r:.2}")).collect();
             let _ = writeln!(
                 out,
-                "  layer {:.0} req/s, by hand {:.0} req/s: x {:.3}; allocations per request {} vs {}",
+                "  layer {:.0} req/s, by hand {:.0} req/s (medians): x {:.3} (median of the \
+                 repetitions' own ratios: {}); allocations per request {} vs {}",
                 layer.ops_per_s,
                 hand.ops_per_s,
-                layer.ops_per_s / hand.ops_per_s,
+                ratio,
+                each.join(", "),
                 allocs(layer),
                 allocs(hand)
             );
