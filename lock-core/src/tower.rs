@@ -50,6 +50,13 @@
 //! | misconfigured, or any other error | `500 Internal Server Error` |
 //! | lost while the inner future runs | the inner future is dropped; `503 Service Unavailable` |
 //!
+//! A gRPC call (`content-type: application/grpc…`, as tonic sends) is
+//! answered in gRPC's own terms instead, so that its client sees a status
+//! code rather than an HTTP error: `ABORTED` for busy (the code of HTTP
+//! 409), `UNAVAILABLE` for unavailable and for a lost lease (the code
+//! clients retry; `grpc-retry-pushback-ms` when the wait is known),
+//! `INTERNAL` for anything else, each with a `grpc-message`.
+//!
 //! Errors of the inner service pass through unchanged.
 //!
 //! # Backpressure
@@ -311,13 +318,14 @@ where
             };
         };
         let lock = config.options.apply(lock);
+        let protocol = Protocol::of(&req);
         // The service polled ready goes with the request; its clone stays
         // here for the next `poll_ready`.
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         ResponseFuture {
             state: State::Locked {
-                locked: Box::pin(call_locked(lock, ready, req)),
+                locked: Box::pin(call_locked(lock, ready, req, protocol)),
             },
         }
     }
@@ -329,6 +337,7 @@ async fn call_locked<S, B, ResBody>(
     lock: LockRequest,
     mut inner: S,
     mut req: Request<B>,
+    protocol: Protocol,
 ) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
@@ -336,7 +345,7 @@ where
 {
     let guard = match lock.acquire().await {
         Ok(guard) => guard,
-        Err(error) => return Ok(refusal(&error)),
+        Err(error) => return Ok(refusal(&error, protocol)),
     };
     req.extensions_mut().insert(Fence(guard.fencing_token()));
     let lease = guard.lease().clone();
@@ -358,35 +367,94 @@ where
         None => {
             let error = lease.lost_error();
             tracing::warn!(%error, "leasehold: lease lost while the request ran; it was stopped");
-            Ok(empty(StatusCode::SERVICE_UNAVAILABLE))
+            Ok(protocol.answer(Refusal::Unavailable, None))
         }
     }
 }
 
 /// The response to a request whose lock was not granted.
-fn refusal<ResBody: Default>(error: &LockError) -> Response<ResBody> {
+fn refusal<ResBody: Default>(error: &LockError, protocol: Protocol) -> Response<ResBody> {
     if error.is_busy() {
-        return empty(StatusCode::CONFLICT);
+        return protocol.answer(Refusal::Busy, None);
     }
     if error.is_unavailable() {
-        let mut response = empty(StatusCode::SERVICE_UNAVAILABLE);
-        if let Some(after) = error.retry_after() {
-            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        tracing::debug!(%error, "leasehold: lock unavailable, answering 503");
-        return response;
+        tracing::debug!(%error, "leasehold: lock unavailable, answering 503 / UNAVAILABLE");
+        return protocol.answer(Refusal::Unavailable, error.retry_after());
     }
-    tracing::warn!(%error, "leasehold: could not take the request's lock, answering 500");
-    empty(StatusCode::INTERNAL_SERVER_ERROR)
+    tracing::warn!(%error, "leasehold: could not take the request's lock, answering 500 / INTERNAL");
+    protocol.answer(Refusal::Failed, None)
 }
 
-fn empty<ResBody: Default>(status: StatusCode) -> Response<ResBody> {
-    let mut response = Response::new(ResBody::default());
-    *response.status_mut() = status;
-    response
+/// Why a request is answered without calling the inner service.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Busy,
+    Unavailable,
+    Failed,
+}
+
+/// How a refusal is said: an HTTP status, or for a gRPC call (a request
+/// whose `content-type` is `application/grpc…`) a gRPC status in a
+/// trailers-only response, which gRPC clients read as the call's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http,
+    Grpc,
+}
+
+impl Protocol {
+    fn of<B>(req: &Request<B>) -> Protocol {
+        let grpc = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"));
+        if grpc { Protocol::Grpc } else { Protocol::Http }
+    }
+
+    fn answer<ResBody: Default>(
+        self,
+        refusal: Refusal,
+        retry_after: Option<Duration>,
+    ) -> Response<ResBody> {
+        let mut response = Response::new(ResBody::default());
+        match self {
+            Protocol::Http => {
+                *response.status_mut() = match refusal {
+                    Refusal::Busy => StatusCode::CONFLICT,
+                    Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                    Refusal::Failed => StatusCode::INTERNAL_SERVER_ERROR,
+                };
+                if let Some(after) = retry_after {
+                    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                }
+            }
+            Protocol::Grpc => {
+                // gRPC codes: ABORTED (10) is HTTP 409's, UNAVAILABLE (14)
+                // is 503's and the one clients retry, INTERNAL (13) 500's.
+                let (code, message) = match refusal {
+                    Refusal::Busy => ("10", "the lock of this call is held elsewhere"),
+                    Refusal::Unavailable => ("14", "the lock of this call is unavailable"),
+                    Refusal::Failed => ("13", "the lock of this call could not be taken"),
+                };
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/grpc"),
+                );
+                headers.insert("grpc-status", HeaderValue::from_static(code));
+                headers.insert("grpc-message", HeaderValue::from_static(message));
+                if let Some(after) = retry_after {
+                    // The gRPC retry design's server pushback, in milliseconds.
+                    let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+                    headers.insert("grpc-retry-pushback-ms", HeaderValue::from(millis));
+                }
+            }
+        }
+        response
+    }
 }
 
 /// A boxed, sendable future of the locked path.

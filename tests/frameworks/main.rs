@@ -6,6 +6,9 @@
 //!   exclusion per key, semaphores, the status of every refusal, a lease
 //!   lost mid-request, fencing tokens, requests passed through unlocked,
 //!   and the inner service's backpressure.
+//! - `grpc`: the layer in front of a tonic service, called by tonic's own
+//!   client: the call's `Fence`, and refusals as gRPC codes (`ABORTED`,
+//!   `UNAVAILABLE` with the retry pushback).
 //! - `existing_client`: `LockClientBuilder::connect_with` over an
 //!   application's own `redis::Client` (password, database).
 
@@ -13,4 +16,5 @@
 mod support;
 
 mod existing_client;
+mod grpc;
 mod layer;
