@@ -159,7 +159,7 @@ Ok(())
 }
 }
 
-/// docs/frameworks.md:115
+/// docs/frameworks.md:122
 mod snippet_6 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
@@ -190,7 +190,7 @@ Ok(())
 }
 }
 
-/// docs/frameworks.md:229
+/// docs/frameworks.md:236
 mod snippet_7 {
 #![allow(unused, unreachable_code, dead_code, unnameable_test_items)]
 use super::prelude::*;
