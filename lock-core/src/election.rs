@@ -17,7 +17,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Inspected, LockKeys, ServerChange};
-use crate::error::LockError;
+use crate::error::{LockError, LostCause};
 use crate::guard::LockGuard;
 use crate::info::{Holder, LockInfo, LockKind};
 use crate::lease::Lease;
@@ -537,7 +537,7 @@ impl Leadership {
     }
 
     /// Why the leadership was lost, once it is (`None` while leading).
-    pub fn lost_cause(&self) -> Option<crate::LostCause> {
+    pub fn lost_cause(&self) -> Option<LostCause> {
         self.guard.as_ref().and_then(LockGuard::lost_cause)
     }
 
