@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::family::Kind;
+use super::keys::Kind;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,

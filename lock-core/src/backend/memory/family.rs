@@ -1,5 +1,5 @@
 //! The semaphore and the read-write lock in memory, with the rules of
-//! `backend/family.rs` (the same as the Redis scripts'): holders with
+//! `backend/keys.rs` (the same as the Redis scripts'): holders with
 //! leases, a line served first come first served, one fencing counter per
 //! key shared with the lock.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::family::Kind;
+use super::super::keys::Kind;
 use super::super::wakeups::Announcement;
 use super::super::{
     Acquired, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE, Renewal, SharedHolder,

@@ -165,7 +165,7 @@ impl<T: Topology> RedisBackend<T> {
             };
             return self.family_attempt(&mut con, attempt).await;
         }
-        if let crate::backend::family::Kind::All(all) = &keys.kind {
+        if let crate::backend::keys::Kind::All(all) = &keys.kind {
             return self
                 .lock_all_attempt(&mut con, all, token, ttl, in_line)
                 .await;

@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
-use crate::backend::family::AllKeys;
+use crate::backend::keys::AllKeys;
 use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE, PLACE_LIFE};
 
 /// The script's source as Redis runs it (with the shared helpers first).

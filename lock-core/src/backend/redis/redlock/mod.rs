@@ -387,7 +387,7 @@ impl Backend for RedlockBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, _) = attempt.parts();
         Box::pin(async move {
-            if keys.kind != crate::backend::family::Kind::Lock {
+            if keys.kind != crate::backend::keys::Kind::Lock {
                 // The lock family keeps no quorum rules: refused, not
                 // approximated.
                 return Err(LockError::invalid(
