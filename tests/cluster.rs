@@ -296,24 +296,10 @@ async fn ask_redirects_mid_migration_are_followed() {
         .await
         .unwrap();
 
-    let (src, dst) = (&cluster.nodes()[from], &cluster.nodes()[to]);
-    let (src_id, dst_id) = (cluster.node_id(from), cluster.node_id(to));
-    let slot_s = slot.to_string();
-    dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-    src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
-    let port = dst.port().to_string();
+    let dst = &cluster.nodes()[to];
+    cluster.open_migration(slot, from, to);
     let (lock, fence) = (lock_name("asked"), "leasehold:{asked}:fence".to_owned());
-    src.cmd(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        &lock,
-        &fence,
-    ]);
+    cluster.migrate_keys(from, to, &[&lock, &fence]);
 
     // Renewals and extend of a held lock: by ASK.
     tokio::time::sleep(ttl * 2).await;
@@ -336,9 +322,7 @@ async fn ask_redirects_mid_migration_are_followed() {
         }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    for i in [to, from, 3 - to - from] {
-        cluster.nodes()[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
-    }
+    cluster.close_migration(slot, from, to);
     let second = pending
         .await
         .unwrap()
@@ -425,23 +409,10 @@ async fn a_release_during_a_stuck_migration_returns_and_lands_when_the_slot_sett
     let ttl = Duration::from_secs(20);
     let guard = client.lock("stuck").ttl(ttl).acquire().await.unwrap();
 
-    let (src, dst) = (&cluster.nodes()[from], &cluster.nodes()[to]);
-    let (src_id, dst_id) = (cluster.node_id(from), cluster.node_id(to));
-    let slot_s = slot.to_string();
-    dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-    src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
-    let port = dst.port().to_string();
+    let dst = &cluster.nodes()[to];
+    cluster.open_migration(slot, from, to);
     let lock = lock_name("stuck");
-    src.cmd(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        &lock,
-    ]);
+    cluster.migrate_keys(from, to, &[&lock]);
     assert!(exists_asking(dst, &lock));
 
     let started = Instant::now();
@@ -454,19 +425,8 @@ async fn a_release_during_a_stuck_migration_returns_and_lands_when_the_slot_sett
 
     // The migration goes on: the rest of the slot's keys, then the slot.
     let fence = "leasehold:{stuck}:fence".to_owned();
-    src.cmd(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        &fence,
-    ]);
-    for i in [to, from, 3 - to - from] {
-        cluster.nodes()[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
-    }
+    cluster.migrate_keys(from, to, &[&fence]);
+    cluster.close_migration(slot, from, to);
     let settled = Instant::now();
     while exists_on(&cluster, to, &lock) {
         assert!(

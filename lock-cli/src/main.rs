@@ -15,17 +15,19 @@
 //! or server error. `run` exits with its command's code, or its own (see
 //! `run.rs`).
 
+mod connect;
+mod duration;
 mod format;
 mod run;
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use leasehold::{LockClient, LockError, LockInfo};
 
+use connect::{Global, Open, for_operators, open};
 use format::{info_json, info_text, table};
 
 /// Exit code: done.
@@ -55,61 +57,6 @@ struct Cli {
     global: Global,
     #[command(subcommand)]
     command: Command,
-}
-
-/// Options accepted before or after the subcommand.
-#[derive(Debug, Args)]
-struct Global {
-    /// Redis URL (redis://, rediss:// for TLS, unix://); with --cluster,
-    /// --redlock or --sentinel, several (repeat the option or separate with
-    /// commas).
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        hide_env_values = true,
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    url: Vec<String>,
-
-    /// Treat the URLs as seed nodes of a Redis Cluster.
-    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
-    cluster: bool,
-
-    /// Treat the URLs as the independent masters of a Redlock deployment.
-    #[arg(long, global = true, conflicts_with = "sentinel")]
-    redlock: bool,
-
-    /// Treat the URLs as Sentinels, and use the primary of the set MASTER
-    /// they monitor (e.g. `--sentinel mymaster --url redis://s1:26379`; the
-    /// primary's password goes in `?primary_password=`).
-    #[arg(long, global = true, value_name = "MASTER")]
-    sentinel: Option<String>,
-
-    /// Trust the CA certificate(s) in this PEM file for rediss:// servers
-    /// (instead of the web PKI roots).
-    #[arg(long, global = true, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-
-    /// Present this client certificate (PEM) to rediss:// servers that
-    /// require one; needs --tls-key.
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-
-    /// The private key (PEM) of --tls-cert.
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-
-    /// The key prefix the applications use.
-    #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
-    prefix: String,
-
-    /// Print JSON (fields: key, holder, ttl_ms, fencing_token, waiters, kind
-    /// — lock, semaphore, read, write or election — and holders, each with
-    /// holder, ttl_ms and fencing_token).
-    #[arg(long, global = true)]
-    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -300,54 +247,6 @@ async fn connect_with(global: &Global, allow_eviction: bool) -> Result<LockClien
         })
 }
 
-/// Why a client could not be made: the command line, or the library.
-enum Open {
-    Usage(String),
-    Lock(LockError),
-}
-
-impl From<LockError> for Open {
-    fn from(error: LockError) -> Open {
-        Open::Lock(error)
-    }
-}
-
-/// A client connected as `global` says.
-async fn open(global: &Global, allow_eviction: bool) -> Result<LockClient, Open> {
-    let mut builder = LockClient::builder()
-        .prefix(global.prefix.clone())
-        .name(format!("leasehold-cli:{}", std::process::id()))
-        .connect_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(5))
-        .allow_eviction(allow_eviction);
-    if let Some(path) = &global.tls_ca {
-        builder = builder.tls_ca(read_pem("--tls-ca", path)?);
-    }
-    if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
-        builder =
-            builder.tls_client_cert(read_pem("--tls-cert", cert)?, read_pem("--tls-key", key)?);
-    }
-    let urls = &global.url;
-    let client = if global.cluster {
-        builder.connect_cluster(urls).await?
-    } else if global.redlock {
-        builder.connect_redlock(urls).await?
-    } else if let Some(master) = &global.sentinel {
-        builder.connect_sentinel(master, urls).await?
-    } else {
-        match urls.as_slice() {
-            [url] => builder.connect(url).await?,
-            _ => {
-                return Err(Open::Usage(
-                    "several URLs need --cluster (seed nodes), --redlock (masters) or --sentinel (sentinels)"
-                        .to_owned(),
-                ));
-            }
-        }
-    };
-    Ok(client)
-}
-
 /// `text` with every command-line argument (or `--option=value` value) that
 /// may hold a password masked: anything with an `@` keeps only what follows
 /// its last `@`, anything naming a password is hidden whole.
@@ -372,22 +271,6 @@ fn without_secrets(text: &str, args: &[String]) -> String {
         text = text.replace(value, &masked);
     }
     text
-}
-
-/// The library's advice names its builder methods; an operator sets the
-/// command's options instead.
-fn for_operators(message: &str) -> String {
-    message
-        .replace("LockClientBuilder::tls_ca", "--tls-ca")
-        .replace(
-            "LockClientBuilder::tls_client_cert",
-            "--tls-cert and --tls-key",
-        )
-}
-
-/// The contents of a PEM file given as `option`.
-fn read_pem(option: &str, path: &Path) -> Result<Vec<u8>, Open> {
-    std::fs::read(path).map_err(|e| Open::Usage(format!("{option} {}: {e}", path.display())))
 }
 
 async fn list(client: &LockClient, pattern: &str, json: bool) -> Result<u8, Failure> {
@@ -535,24 +418,12 @@ fn write_line(out: &mut impl Write, text: &str) {
 
 /// `500ms`, `2s`, `1m`, or a plain number of seconds.
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 500ms, 2s or 1m"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("`{text}`: the unit must be ms, s or m")),
-    };
+    let units = [("ms", 0.001), ("s", 1.0), ("m", 60.0)];
+    let seconds = duration::seconds(text, &units, "500ms, 2s or 1m", "ms, s or m")?;
     Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("`{text}` must be above zero"))
+        .ok_or_else(|| format!("`{}` must be above zero", text.trim()))
 }
 
 #[cfg(test)]

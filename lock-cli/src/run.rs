@@ -22,7 +22,8 @@ use clap::Args;
 use leasehold::{LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::{Global, Open, open};
+use crate::connect::{Global, Open, for_operators, open};
+use crate::duration;
 
 /// Exit code: the command ran and exited 0, or `--skip-if-locked` skipped it.
 const OK: u8 = 0;
@@ -288,7 +289,7 @@ fn lock_failure(error: &LockError) -> u8 {
     } else {
         SOFTWARE
     };
-    fail(code, &crate::for_operators(&error.to_string()))
+    fail(code, &for_operators(&error.to_string()))
 }
 
 fn fail(code: u8, message: &str) -> u8 {
@@ -311,22 +312,9 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
 
 /// `500ms`, `10s`, `5m`, `1h`, or a plain number of seconds; zero allowed.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 500ms, 10s, 5m or 1h"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("`{text}`: the unit must be ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is out of range"))
+    let units = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)];
+    let seconds = duration::seconds(text, &units, "500ms, 10s, 5m or 1h", "ms, s, m or h")?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{}` is out of range", text.trim()))
 }
 
 #[cfg(test)]

@@ -570,7 +570,7 @@ impl LockClientBuilder {
                 LockClientBuilder::default()
             }
         };
-        LockClient::from_backend(crate::backend::in_memory(), &builder)
+        LockClient::from_backend(crate::backend::memory::MemoryBackend::shared(), &builder)
     }
 }
 

@@ -8,6 +8,9 @@
 //! (`backend::LockKeys::election`): no lock key can produce them, so
 //! `lock("x")` and `election("x")` never meet.
 
+mod leadership;
+mod observing;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,16 +19,17 @@ use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Inspected, LockKeys, ServerChange};
+use crate::backend::{Inspected, LockKeys};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::{Holder, LockInfo, LockKind};
-use crate::lease::Lease;
 use crate::limits::{MAX_WAIT, require_runtime, validate_key, validate_ttl};
 use crate::reentrancy;
 use crate::request::{LockRequest, Shared};
 use crate::shape::Shape;
 use crate::standing::Seat;
+pub use leadership::Leadership;
+use observing::{Observing, server_changed};
 
 /// The first pause before looking again, when a campaign failed for a
 /// reason that may pass (unreachable, no quorum), or when a watcher found
@@ -455,12 +459,7 @@ impl Election {
 
     /// The leadership that `guard` holds; the client's watchers look.
     fn elected(&self, guard: LockGuard) -> Leadership {
-        let leadership = Leadership {
-            term: guard.fencing_token(),
-            guard: Some(guard),
-            name: self.name.clone(),
-            backend: self.client.backend.clone(),
-        };
+        let leadership = Leadership::new(guard, self.name.clone(), self.client.backend.clone());
         leadership.tell_watchers();
         leadership
     }
@@ -487,146 +486,6 @@ impl Election {
     }
 }
 
-/// One term of leadership, won by [`Election::campaign`]: the instance
-/// leads until it [resigns](Self::resign), drops this (a resignation in the
-/// background), or loses the lease ([`lost`](Self::lost) resolves). The
-/// lease is renewed every `ttl / 3` meanwhile. `Send + 'static`: it can be
-/// moved into a spawned task.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), leasehold_core::LockError> {
-/// # async fn lead_the_scheduler(_term: u64) {}
-/// let client = leasehold_core::LockClient::in_memory();
-/// let lead = client.election("doc:leadership").campaign().await?;
-/// tokio::select! {
-///     () = lead.lost() => eprintln!("no longer the leader: stop"),
-///     () = lead_the_scheduler(lead.term()) => lead.resign().await?,
-/// }
-/// # Ok(()) }
-/// ```
-#[must_use = "leadership is given back as soon as it is dropped"]
-pub struct Leadership {
-    /// `None` only once resigned.
-    guard: Option<LockGuard>,
-    term: u64,
-    name: Arc<str>,
-    backend: Arc<dyn Backend>,
-}
-
-impl Leadership {
-    /// The term: the fencing token of this leadership, strictly greater
-    /// than every earlier term of the election (see
-    /// [`LockGuard::fencing_token`]). Pass it with every write the leader
-    /// makes, to a store that refuses a write with a lower term than one
-    /// it has seen: a leader paused past its lease then cannot overwrite
-    /// its successor's work.
-    pub fn term(&self) -> u64 {
-        self.term
-    }
-
-    /// The election's name.
-    pub fn election(&self) -> &str {
-        &self.name
-    }
-
-    /// `true` while this instance leads: not resigned, not lost, and not
-    /// past the lease's validity.
-    pub fn is_leader(&self) -> bool {
-        self.guard.as_ref().is_some_and(LockGuard::is_held)
-    }
-
-    /// Why the leadership was lost, once it is (`None` while leading).
-    pub fn lost_cause(&self) -> Option<crate::LostCause> {
-        self.guard.as_ref().and_then(LockGuard::lost_cause)
-    }
-
-    /// Resolves when the leadership is lost: a renewal was refused (the
-    /// lease is gone or someone else's, e.g. after an operator's
-    /// `force_release`), its server restarted or failed over without it,
-    /// or its validity passed (renewals failed).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only watches the lease.
-    pub async fn lost(&self) {
-        if let Some(guard) = &self.guard {
-            guard.lost().await;
-        }
-    }
-
-    /// Step down: the lease is given back, and the first candidate in line
-    /// is elected at once (handed the leadership by the release itself).
-    /// `Err(LockError::NotHeld)` if it was lost already.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropped before it completes, the resignation goes on in
-    /// the background.
-    pub async fn resign(mut self) -> Result<(), LockError> {
-        let Some(guard) = self.guard.take() else {
-            return Ok(());
-        };
-        let keys = guard.lease().keys.clone();
-        let result = guard.release().await;
-        (self.backend.wakeups()).wake_observers(keys.channel());
-        result.map_err(|error| error.renamed(keys.key(), &self.name))
-    }
-
-    /// Hold the leadership, renewed, until `from` before acting on it:
-    /// `false` if it is lost meanwhile.
-    async fn take_office(&self, from: Instant) -> bool {
-        if from <= Instant::now() {
-            return self.is_leader();
-        }
-        tracing::info!(election = %self.name, term = self.term, "leasehold: elected after the server lost data; taking office once an earlier leader's lease has run out");
-        tokio::select! {
-            () = self.lost() => false,
-            () = tokio::time::sleep_until(from) => self.is_leader(),
-        }
-    }
-
-    fn lease(&self) -> Option<&Arc<Lease>> {
-        self.guard.as_ref().map(LockGuard::lease)
-    }
-
-    /// Wake this process's watchers of the election: the leadership changed.
-    fn tell_watchers(&self) {
-        if let Some(lease) = self.lease() {
-            (self.backend.wakeups()).wake_observers(lease.keys.channel());
-        }
-    }
-}
-
-impl Drop for Leadership {
-    fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime: the lease runs out by itself.
-            return;
-        };
-        let (backend, keys) = (self.backend.clone(), guard.lease().keys.clone());
-        runtime.spawn(async move {
-            if let Err(error) = guard.release().await {
-                tracing::debug!(%error, "leasehold: background resignation of a dropped leadership failed");
-            }
-            backend.wakeups().wake_observers(keys.channel());
-        });
-    }
-}
-
-impl std::fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leadership")
-            .field("election", &self.name)
-            .field("term", &self.term)
-            .field("leader", &self.is_leader())
-            .finish()
-    }
-}
-
 /// What operators see of an election's leader.
 pub(crate) fn info_of(name: &str, found: Inspected) -> LockInfo {
     let holder = Holder::new(&found.token, found.ttl, found.fence);
@@ -638,68 +497,6 @@ pub(crate) fn info_of(name: &str, found: Inspected) -> LockInfo {
         found.waiters,
     )
     .with_holders(LockKind::Election, vec![holder])
-}
-
-/// A watcher's hold on the election's announcements: registered as an
-/// observer of its channel, and subscribed to it; both undone on drop.
-struct Observing {
-    backend: Arc<dyn Backend>,
-    keys: LockKeys,
-    wake: Arc<Notify>,
-    /// A `listen` was asked (matched by `unlisten` on drop).
-    listening: bool,
-}
-
-impl Observing {
-    fn start(backend: Arc<dyn Backend>, keys: LockKeys, wake: Arc<Notify>) -> Observing {
-        backend.wakeups().observe(keys.channel(), wake.clone());
-        Observing {
-            backend,
-            keys,
-            wake,
-            listening: false,
-        }
-    }
-
-    /// Subscribe, unless already: announcements from other processes then
-    /// reach the observer. Without it, the watcher still wakes at the
-    /// lease's end and on this process's own changes; it tries again at
-    /// its next wake.
-    async fn listen(&mut self) {
-        if self.listening {
-            return;
-        }
-        // Before the await: dropped meanwhile, `drop` matches it.
-        self.listening = true;
-        if let Err(error) = self.backend.listen(&self.keys).await {
-            tracing::debug!(%error, "leasehold: the election's watcher hears no announcements yet");
-            self.backend.unlisten(&self.keys);
-            self.listening = false;
-        }
-    }
-}
-
-impl Drop for Observing {
-    fn drop(&mut self) {
-        (self.backend.wakeups()).unobserve(self.keys.channel(), &self.wake);
-        if self.listening {
-            self.backend.unlisten(&self.keys);
-        }
-    }
-}
-
-/// Resolves when the backend announces a restart or failover (never, for a
-/// backend that has none, or once its announcements end).
-async fn server_changed(changes: &mut Option<watch::Receiver<ServerChange>>) {
-    match changes {
-        Some(receiver) => {
-            if receiver.changed().await.is_err() {
-                *changes = None;
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
 }
 
 /// The body of a `#[leader_only]` function: run if this client leads

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::family::Kind;
+use crate::backend::keys::Kind;
 use crate::error::{LockError, LostCause};
 use crate::lease::Lease;
 

@@ -102,7 +102,7 @@ impl Lease {
         let metrics = LeaseMetrics::start(keys.key(), kind, issuer.metrics_key_label, acquired_at);
         // Plain locks only: the family's scripts write their tokens.
         let recorded = !issuer.backend.records_lazily()
-            || !matches!(keys.kind, crate::backend::family::Kind::Lock);
+            || !matches!(keys.kind, crate::backend::keys::Kind::Lock);
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,

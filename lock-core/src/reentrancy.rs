@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use crate::backend::LockKeys;
-use crate::backend::family::Kind;
+use crate::backend::keys::Kind;
 use crate::lease::Lease;
 
 tokio::task_local! {
@@ -133,7 +133,7 @@ pub fn fencing_token_of(key: &str) -> Option<u64> {
             .filter_map(Weak::upgrade)
             .filter(|lease| lease.is_held())
             .find_map(|lease| match &lease.keys.kind {
-                crate::backend::family::Kind::All(all) => all.fence_of(key),
+                crate::backend::keys::Kind::All(all) => all.fence_of(key),
                 _ => (lease.keys.key() == key).then_some(lease.fence),
             })
     })

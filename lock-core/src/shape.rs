@@ -1,14 +1,14 @@
 //! What a request takes: one exclusive lock, a semaphore's permit, a side
 //! of a read-write lock, or several locks at once (`lock_all`). The
 //! [`Shape`] of a [`LockRequest`](crate::LockRequest) becomes the kind of
-//! its Redis names (`backend::family::Kind`, whose module documents the
+//! its Redis names (`backend::keys::Kind`, whose module documents the
 //! data layout and the fairness rules). A leaf beside the request: it
 //! imports nothing above it.
 
 use std::sync::Arc;
 
 use crate::backend::LockKeys;
-use crate::backend::family::{AllKeys, Kind};
+use crate::backend::keys::{AllKeys, Kind};
 use crate::error::LockError;
 use crate::limits::validate_key;
 use crate::telemetry::LeaseKind;

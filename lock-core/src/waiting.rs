@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
-use crate::backend::family::Kind;
+use crate::backend::keys::Kind;
 use crate::backend::{Acquired, Attempt, Backend, LockKeys, PLACE_LIFE, abandon_in_background};
 use crate::error::LockError;
 

@@ -1,4 +1,5 @@
-//! The options of `#[distributed_lock(...)]`.
+//! The options of `#[distributed_lock(...)]`, and the parsing that
+//! `#[leader_only(...)]` shares.
 //!
 //! Parsing recovers from a bad option by skipping to the next `,`, so that every
 //! mistake in one attribute is reported at once.
@@ -132,27 +133,43 @@ impl Seen {
     }
 }
 
+/// The options of one attribute, parsed one at a time by [`parse_options`].
+pub(crate) trait Options: Default {
+    /// Parses one option (its keyword and its value), or fails for it.
+    fn parse_option(&mut self, input: ParseStream, seen: &mut Seen) -> syn::Result<()>;
+
+    /// Where the errors of bad options are collected.
+    fn errors(&mut self) -> &mut Errors;
+}
+
+/// The comma-separated options of one attribute, and which were seen. A bad
+/// option's error is collected and parsing goes on after the next `,`.
+pub(crate) fn parse_options<T: Options>(input: ParseStream) -> syn::Result<(T, Seen)> {
+    let mut args = T::default();
+    let mut seen = Seen::default();
+    while !input.is_empty() {
+        if let Err(error) = args.parse_option(input, &mut seen) {
+            args.errors().push(error);
+            skip_to_comma(input)?;
+        }
+        if input.is_empty() {
+            break;
+        }
+        if let Err(error) = input.parse::<Token![,]>() {
+            args.errors().push(syn::Error::new(
+                error.span(),
+                "expected `,` between options",
+            ));
+            skip_to_comma(input)?;
+            input.parse::<Option<Token![,]>>()?;
+        }
+    }
+    Ok((args, seen))
+}
+
 impl Parse for Args {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut args = Args::default();
-        let mut seen = Seen::default();
-        while !input.is_empty() {
-            if let Err(error) = args.parse_option(input, &mut seen) {
-                args.errors.push(error);
-                skip_to_comma(input)?;
-            }
-            if input.is_empty() {
-                break;
-            }
-            if let Err(error) = input.parse::<Token![,]>() {
-                args.errors.push(syn::Error::new(
-                    error.span(),
-                    "expected `,` between options",
-                ));
-                skip_to_comma(input)?;
-                input.parse::<Option<Token![,]>>()?;
-            }
-        }
+        let (mut args, seen) = parse_options::<Args>(input)?;
         if !seen.contains("key") && !seen.contains("keys") {
             args.errors.push(syn::Error::new(
                 Span::call_site(),
@@ -249,6 +266,12 @@ impl Args {
                 ));
             }
         }
+    }
+}
+
+impl Options for Args {
+    fn errors(&mut self) -> &mut Errors {
+        &mut self.errors
     }
 
     /// Parses one option; on error the caller skips to the next `,`.
@@ -364,20 +387,7 @@ impl Args {
             equals(input, "client", keyword.span, "self.locks.clone()")?;
             self.client = Some(input.parse()?);
         } else if input.peek(Token![crate]) {
-            let keyword: Token![crate] = input.parse()?;
-            seen.first("crate", keyword.span)?;
-            let lit = string_value(input, "crate", keyword.span, "\"::leasehold\"")?;
-            let path = lit.parse::<Path>().map_err(|_| {
-                syn::Error::new(
-                    lit.span(),
-                    format!(
-                        "`crate` must name the path of the leasehold crate, as in \"::leasehold\", \
-                         not \"{}\"",
-                        lit.value()
-                    ),
-                )
-            })?;
-            self.krate = Some(path);
+            self.krate = Some(crate_value(input, seen)?);
         } else if input.peek(Ident::peek_any) {
             let ident = input.call(Ident::parse_any)?;
             return Err(syn::Error::new(
@@ -391,6 +401,24 @@ impl Args {
         }
         Ok(())
     }
+}
+
+/// `crate = "::leasehold"`, from the keyword on: the path of the leasehold
+/// crate.
+pub(crate) fn crate_value(input: ParseStream, seen: &mut Seen) -> syn::Result<Path> {
+    let keyword: Token![crate] = input.parse()?;
+    seen.first("crate", keyword.span)?;
+    let lit = string_value(input, "crate", keyword.span, "\"::leasehold\"")?;
+    lit.parse::<Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`crate` must name the path of the leasehold crate, as in \"::leasehold\", \
+                 not \"{}\"",
+                lit.value()
+            ),
+        )
+    })
 }
 
 /// `= "..."` after the option keyword.

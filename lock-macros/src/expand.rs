@@ -1,11 +1,11 @@
 //! The rewrite: the signature stays as written, the body runs inside the lock.
 
-use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
-use quote::{ToTokens, quote, quote_spanned};
-use syn::spanned::Spanned;
-use syn::{AttrStyle, Expr, ItemFn, ReturnType, Type};
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::quote;
+use syn::ItemFn;
 
 use crate::attr::{Args, Errors};
+use crate::rewrite::{Parts, async_fn, local, with_errors};
 use crate::template::{self, Params};
 
 /// Expands `#[distributed_lock(attr)] item`. On any error, returns the errors and
@@ -24,22 +24,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     errors.extend(std::mem::take(&mut args.errors));
 
-    let func = match syn::parse2::<ItemFn>(item.clone()) {
-        Ok(func) => func,
-        Err(_) => {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "#[distributed_lock] only works on async fn (with a body)",
-            ));
-            return with_errors(&errors, item);
-        }
+    let Some(func) = async_fn(&item, "#[distributed_lock]", &mut errors) else {
+        return with_errors(&errors, item);
     };
-    if func.sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            func.sig.fn_token.span,
-            "#[distributed_lock] only works on async fn",
-        ));
-    }
     let mut params = Params::of(&func.sig);
     if args.every.is_some() || args.cron.is_some() {
         params = params.with_slot(local("__lh_slot"));
@@ -72,64 +59,17 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-pub(crate) fn with_errors(errors: &Errors, item: TokenStream) -> TokenStream {
-    let mut tokens = errors.to_compile_errors();
-    tokens.extend(item);
-    tokens
-}
-
-/// A local of the generated code: `mixed_site` hygiene, so that it can neither
-/// capture nor shadow a name of the user's.
-pub(crate) fn local(name: &str) -> Ident {
-    Ident::new(name, Span::mixed_site())
-}
-
 fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = func;
-    let (outer, inner): (Vec<_>, Vec<_>) = attrs
-        .into_iter()
-        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
-
-    let krate = match &args.krate {
-        Some(path) => path.to_token_stream(),
-        None => quote!(::leasehold),
-    };
-
-    // The declared return type; `_` (inferred) when it contains `impl Trait`, which
-    // cannot be named inside the body.
-    let (ret, ret_span) = match &sig.output {
-        ReturnType::Default => (quote!(()), sig.ident.span()),
-        ReturnType::Type(_, ty) => (ty.to_token_stream(), ty.span()),
-    };
-    let nameable = !contains_impl_trait(&sig.output);
-    let fallback = if nameable {
-        quote_spanned! {ret_span=> <#ret as #krate::LockFallback>::from_lock_error }
-    } else {
-        quote_spanned! {ret_span=> <_ as #krate::LockFallback>::from_lock_error }
-    };
+    let parts = Parts::of(func, args.krate.as_ref(), args.client.as_ref());
+    let (krate, fallback, client_init) = (&parts.krate, &parts.fallback, &parts.client_init);
 
     let client = local("__lh_client");
     let request = local("__lh_request");
     let key_var = local("__lh_key");
     let value = local("__lh_value");
     let error = local("__lh_error");
-    let never = local("__lh_never");
     let slot = local("__lh_slot");
 
-    let client_init = match &args.client {
-        Some(expr) => client_expr(expr),
-        None => quote! {
-            &match #krate::__private::global_client() {
-                ::core::result::Result::Ok(#value) => #value,
-                ::core::result::Result::Err(#error) => return #fallback(#error),
-            }
-        },
-    };
     let key_exprs: Vec<TokenStream> = keys.iter().map(template::Key::to_tokens).collect();
     let lock = if args.keys.is_some() {
         quote!(#krate::__private::LockClient::lock_all(#client, [#(#key_exprs),*]))
@@ -198,89 +138,20 @@ fn rewrite(func: ItemFn, args: &Args, keys: &[template::Key]) -> TokenStream {
         options.extend(quote!(.at_least(#krate::schedule::Slot::keep_for(&#slot))));
     }
 
-    // Pins the output type of the body's async block to the declared return type, so
-    // that `?` and `return` inside the body convert exactly as in the original fn.
-    let pin_output = if nameable {
-        quote! {
-            #[allow(
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::empty_loop,
-                clippy::let_unit_value,
-                clippy::needless_return,
-                clippy::unreachable
-            )]
-            if false {
-                let #never: #ret = loop {};
-                return #never;
-            }
-        }
-    } else {
-        TokenStream::new()
-    };
-
-    // The body's statements in braces of the expansion's own (located at the
-    // user's braces): the user's block is the tail of the async block below, and
-    // rustc's `unused_braces` lint would flag a one-line body such as `{ Ok(1) }`
-    // there if its braces were the user's. Lints inside the body are unaffected.
-    let stmts = &block.stmts;
-    let mut body = Group::new(Delimiter::Brace, quote!(#(#stmts)*));
-    body.set_span(block.brace_token.span.join().resolved_at(Span::call_site()));
-    let mut future = quote!(async move { #pin_output #body });
+    let mut future = parts.future();
     if !slot_init.is_empty() {
         // `leasehold::schedule::current_slot()` in the body.
         future = quote!(#krate::schedule::with_slot(#slot, #future));
     }
 
-    quote! {
-        #(#outer)*
-        #vis #sig {
-            #(#inner)*
-            #slot_init
-            let #request = {
-                let #client: &#krate::__private::LockClient = #client_init;
-                #lock #options
-            };
-            match #request.run(#future).await {
-                ::core::result::Result::Ok(#value) => #value,
-                ::core::result::Result::Err(#error) => #fallback(#error),
-            }
-        }
-    }
-}
-
-/// `&(expr)`, spanned from the first to the last token of the expression, so that
-/// a value of the wrong type is reported there.
-pub(crate) fn client_expr(expr: &Expr) -> TokenStream {
-    let tokens = expr.to_token_stream();
-    let first = tokens
-        .clone()
-        .into_iter()
-        .next()
-        .map_or_else(Span::call_site, |tt| tt.span());
-    let last = tokens
-        .clone()
-        .into_iter()
-        .last()
-        .map_or(first, |tt| tt.span());
-    let mut parens = Group::new(Delimiter::Parenthesis, tokens);
-    parens.set_span(last);
-    quote_spanned! {first=> &#parens }
-}
-
-/// Whether `impl Trait` appears anywhere in the return type.
-pub(crate) fn contains_impl_trait(output: &ReturnType) -> bool {
-    fn scan(tokens: TokenStream) -> bool {
-        tokens.into_iter().any(|tt| match tt {
-            TokenTree::Ident(ident) => ident == "impl",
-            TokenTree::Group(group) => scan(group.stream()),
-            _ => false,
-        })
-    }
-    match output {
-        ReturnType::Default => false,
-        ReturnType::Type(_, ty) => scan(Type::to_token_stream(ty)),
-    }
+    let prelude = quote! {
+        #slot_init
+        let #request = {
+            let #client: &#krate::__private::LockClient = #client_init;
+            #lock #options
+        };
+    };
+    parts.function(prelude, quote!(#request.run(#future)))
 }
 
 #[cfg(test)]
@@ -289,29 +160,6 @@ mod tests {
 
     fn expand_str(attr: TokenStream, item: TokenStream) -> String {
         expand(attr, item).to_string()
-    }
-
-    #[test]
-    fn detects_impl_trait() {
-        let sig = |s: &str| -> syn::Signature {
-            match syn::parse_str(s) {
-                Ok(sig) => sig,
-                Err(e) => panic!("{s}: {e}"),
-            }
-        };
-        assert!(!contains_impl_trait(&sig("async fn f()").output));
-        assert!(!contains_impl_trait(
-            &sig("async fn f() -> Result<u8, E>").output
-        ));
-        assert!(contains_impl_trait(
-            &sig("async fn f() -> impl Debug").output
-        ));
-        assert!(contains_impl_trait(
-            &sig("async fn f() -> Option<impl Debug>").output
-        ));
-        assert!(contains_impl_trait(
-            &sig("async fn f() -> Result<Vec<(u8, impl Debug)>, E>").output
-        ));
     }
 
     #[test]

@@ -2,17 +2,17 @@
 //! function runs its body only while this instance leads the election, as
 //! the client's background campaign knows it.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream};
-use quote::{ToTokens, quote, quote_spanned};
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::spanned::Spanned;
-use syn::{AttrStyle, Expr, Ident, ItemFn, LitStr, Path, ReturnType, Token};
+use syn::{Expr, Ident, ItemFn, LitStr, Path, Token};
 
 use crate::attr::{
-    DurationOption, Errors, Seen, duration_value, equals, skip_to_comma, string_value,
+    DurationOption, Errors, Options, Seen, crate_value, duration_value, equals, parse_options,
+    string_value,
 };
-use crate::expand::{client_expr, contains_impl_trait, local, with_errors};
+use crate::rewrite::{Parts, async_fn, local, with_errors};
 use crate::suggest;
 
 const OPTIONS: &str = "`election`, `ttl`, `client`, `crate`";
@@ -31,25 +31,7 @@ pub(crate) struct LeaderArgs {
 
 impl Parse for LeaderArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut args = LeaderArgs::default();
-        let mut seen = Seen::default();
-        while !input.is_empty() {
-            if let Err(error) = args.parse_option(input, &mut seen) {
-                args.errors.push(error);
-                skip_to_comma(input)?;
-            }
-            if input.is_empty() {
-                break;
-            }
-            if let Err(error) = input.parse::<Token![,]>() {
-                args.errors.push(syn::Error::new(
-                    error.span(),
-                    "expected `,` between options",
-                ));
-                skip_to_comma(input)?;
-                input.parse::<Option<Token![,]>>()?;
-            }
-        }
+        let (mut args, seen) = parse_options::<LeaderArgs>(input)?;
         if !seen.contains("election") {
             args.errors.push(syn::Error::new(
                 Span::call_site(),
@@ -61,23 +43,14 @@ impl Parse for LeaderArgs {
     }
 }
 
-impl LeaderArgs {
+impl Options for LeaderArgs {
+    fn errors(&mut self) -> &mut Errors {
+        &mut self.errors
+    }
+
     fn parse_option(&mut self, input: ParseStream, seen: &mut Seen) -> syn::Result<()> {
         if input.peek(Token![crate]) {
-            let keyword: Token![crate] = input.parse()?;
-            seen.first("crate", keyword.span)?;
-            let lit = string_value(input, "crate", keyword.span, "\"::leasehold\"")?;
-            let path = lit.parse::<Path>().map_err(|_| {
-                syn::Error::new(
-                    lit.span(),
-                    format!(
-                        "`crate` must name the path of the leasehold crate, as in \"::leasehold\", \
-                         not \"{}\"",
-                        lit.value()
-                    ),
-                )
-            })?;
-            self.krate = Some(path);
+            self.krate = Some(crate_value(input, seen)?);
             return Ok(());
         }
         if !input.peek(Ident::peek_any) {
@@ -143,22 +116,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     errors.extend(std::mem::take(&mut args.errors));
-    let func = match syn::parse2::<ItemFn>(item.clone()) {
-        Ok(func) => func,
-        Err(_) => {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "#[leader_only] only works on async fn (with a body)",
-            ));
-            return with_errors(&errors, item);
-        }
+    let Some(func) = async_fn(&item, "#[leader_only]", &mut errors) else {
+        return with_errors(&errors, item);
     };
-    if func.sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            func.sig.fn_token.span,
-            "#[leader_only] only works on async fn",
-        ));
-    }
     match &args.election {
         Some(name) if errors.is_empty() => rewrite(func, &args, name),
         _ => {
@@ -174,44 +134,10 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn rewrite(func: ItemFn, args: &LeaderArgs, name: &LitStr) -> TokenStream {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = func;
-    let (outer, inner): (Vec<_>, Vec<_>) = attrs
-        .into_iter()
-        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
-    let krate = match &args.krate {
-        Some(path) => path.to_token_stream(),
-        None => quote!(::leasehold),
-    };
-    let (ret, ret_span) = match &sig.output {
-        ReturnType::Default => (quote!(()), sig.ident.span()),
-        ReturnType::Type(_, ty) => (ty.to_token_stream(), ty.span()),
-    };
-    let nameable = !contains_impl_trait(&sig.output);
-    let fallback = if nameable {
-        quote_spanned! {ret_span=> <#ret as #krate::LockFallback>::from_lock_error }
-    } else {
-        quote_spanned! {ret_span=> <_ as #krate::LockFallback>::from_lock_error }
-    };
+    let parts = Parts::of(func, args.krate.as_ref(), args.client.as_ref());
+    let (krate, client_init) = (&parts.krate, &parts.client_init);
     let client = local("__lh_client");
     let election = local("__lh_election");
-    let value = local("__lh_value");
-    let error = local("__lh_error");
-    let never = local("__lh_never");
-
-    let client_init = match &args.client {
-        Some(expr) => client_expr(expr),
-        None => quote! {
-            &match #krate::__private::global_client() {
-                ::core::result::Result::Ok(#value) => #value,
-                ::core::result::Result::Err(#error) => return #fallback(#error),
-            }
-        },
-    };
     let ttl = match &args.ttl {
         Some(ttl) => {
             let d = ttl.to_tokens();
@@ -219,44 +145,18 @@ fn rewrite(func: ItemFn, args: &LeaderArgs, name: &LitStr) -> TokenStream {
         }
         None => TokenStream::new(),
     };
-    // As in `#[distributed_lock]`: the body's output is pinned to the
-    // declared return type, so that `?` and `return` convert as written.
-    let pin_output = if nameable {
-        quote! {
-            #[allow(
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::empty_loop,
-                clippy::let_unit_value,
-                clippy::needless_return,
-                clippy::unreachable
-            )]
-            if false {
-                let #never: #ret = loop {};
-                return #never;
-            }
-        }
-    } else {
-        TokenStream::new()
-    };
-    let stmts = &block.stmts;
-    let mut body = Group::new(Delimiter::Brace, quote!(#(#stmts)*));
-    body.set_span(block.brace_token.span.join().resolved_at(Span::call_site()));
 
-    quote! {
-        #(#outer)*
-        #vis #sig {
-            #(#inner)*
-            let #election = {
-                let #client: &#krate::__private::LockClient = #client_init;
-                #krate::__private::LockClient::election(#client, #name) #ttl
-            };
-            match #krate::__private::leader_only(#election, async move { #pin_output #body }).await {
-                ::core::result::Result::Ok(#value) => #value,
-                ::core::result::Result::Err(#error) => #fallback(#error),
-            }
-        }
-    }
+    let prelude = quote! {
+        let #election = {
+            let #client: &#krate::__private::LockClient = #client_init;
+            #krate::__private::LockClient::election(#client, #name) #ttl
+        };
+    };
+    let future = parts.future();
+    parts.function(
+        prelude,
+        quote!(#krate::__private::leader_only(#election, #future)),
+    )
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod cron;
 mod duration;
 mod expand;
 mod leader;
+mod rewrite;
 mod suggest;
 mod template;
 

@@ -21,6 +21,7 @@
 pub mod all;
 pub mod fair;
 pub mod family;
+mod properties;
 pub mod protocol;
 pub mod scripts;
 mod steps;

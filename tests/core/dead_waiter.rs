@@ -6,13 +6,13 @@
 //! the semaphore and `lock_all`. This test binary re-runs itself as the
 //! waiting process (`waiting_process`).
 
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 use leasehold::{LockClient, LockGuard, LockRequest};
 use tokio::time::Instant;
 
-use crate::support::{RedisServer, freeze_process, thaw_process};
+use crate::support::{RedisServer, freeze_process, thaw_process, worker};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -41,19 +41,14 @@ async fn until_places(server: &RedisServer, key: &str, n: usize) {
 }
 
 fn spawn_waiter(server: &RedisServer, kind: &str, key: &str) -> Child {
-    Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            "dead_waiter::waiting_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LEASEHOLD_WAITER_URL", server.url())
-        .env("LEASEHOLD_WAITER_KIND", kind)
-        .env("LEASEHOLD_WAITER_KEY", key)
-        .spawn()
-        .expect("spawn the waiting process")
+    worker(
+        "dead_waiter::waiting_process",
+        [
+            ("LEASEHOLD_WAITER_URL", server.url().as_str()),
+            ("LEASEHOLD_WAITER_KIND", kind),
+            ("LEASEHOLD_WAITER_KEY", key),
+        ],
+    )
 }
 
 /// A holder with a 30 s lease; a waiting process first in line, then a

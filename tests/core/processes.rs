@@ -1,12 +1,11 @@
 //! Several OS processes hammering one key on one Redis: this test binary
 //! re-runs itself as workers (`worker_process`), each with its own client.
 
-use std::process::Command;
 use std::time::Duration;
 
 use leasehold::LockClient;
 
-use crate::support::RedisServer;
+use crate::support::{RedisServer, all_succeed, worker};
 
 const WORKERS: usize = 3;
 const ROUNDS: u64 = 40;
@@ -14,26 +13,18 @@ const ROUNDS: u64 = 40;
 #[tokio::test]
 async fn processes_never_overlap() {
     let server = RedisServer::start();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WORKERS)
         .map(|i| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "processes::worker_process",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("LEASEHOLD_WORKER_URL", server.url())
-                .env("LEASEHOLD_WORKER_ID", i.to_string())
-                .spawn()
-                .unwrap()
+            worker(
+                "processes::worker_process",
+                [
+                    ("LEASEHOLD_WORKER_URL", server.url()),
+                    ("LEASEHOLD_WORKER_ID", i.to_string()),
+                ],
+            )
         })
         .collect();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a worker failed");
-    }
+    all_succeed(children);
     let get = |k: &str| match server.cmd(&["GET", k]) {
         redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse::<u64>().unwrap(),
         other => panic!("{other:?}"),

@@ -5,12 +5,11 @@
 //! itself. Every acquisition must succeed within its wait (no deadlock, no
 //! waiter left behind).
 
-use std::process::Command;
 use std::time::Duration;
 
 use leasehold::LockClient;
 
-use crate::support::RedisServer;
+use crate::support::{RedisServer, all_succeed, worker};
 
 const WORKERS: usize = 3;
 const ROUNDS: usize = 15;
@@ -31,25 +30,15 @@ const KEY_SETS: [&[&str]; 7] = [
 #[tokio::test]
 async fn processes_share_a_semaphore_and_a_rw_lock() {
     let server = RedisServer::start();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WORKERS)
         .map(|_| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "processes::worker_process",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env("LEASEHOLD_FAMILY_WORKER_URL", server.url())
-                .spawn()
-                .unwrap()
+            worker(
+                "processes::worker_process",
+                [("LEASEHOLD_FAMILY_WORKER_URL", server.url())],
+            )
         })
         .collect();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a worker failed");
-    }
+    all_succeed(children);
     let get = |k: &str| match server.cmd(&["GET", k]) {
         redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse::<i64>().unwrap(),
         redis::Value::Nil => 0,

@@ -144,17 +144,17 @@ where
     <S::ResponseBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut client = tonic::client::Grpc::new(service);
-    client
-        .ready()
-        .await
-        .map_err(|e| {
-            let e: Box<dyn std::error::Error + Send + Sync> = e.into();
-            Status::unknown(format!("not ready: {e}"))
-        })?;
+    client.ready().await.map_err(|e| {
+        let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+        Status::unknown(format!("not ready: {e}"))
+    })?;
     let path = http::uri::PathAndQuery::from_static("/orders.Orders/Pay");
-    tokio::time::timeout(LIMIT, client.unary(tonic::Request::new(b"42".to_vec()), path, Bytes))
-        .await
-        .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call hung")))
+    tokio::time::timeout(
+        LIMIT,
+        client.unary(tonic::Request::new(b"42".to_vec()), path, Bytes),
+    )
+    .await
+    .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call hung")))
 }
 
 async fn client(server: &RedisServer) -> LockClient {
@@ -193,15 +193,25 @@ async fn a_tonic_call_holds_its_lock_and_a_busy_one_is_aborted() {
         .inspect("grpc:orders.Orders/Pay")
         .await
         .expect("inspect");
-    assert_eq!(info.map(|i| i.fencing_token), Some(fence), "the call's lock is held");
+    assert_eq!(
+        info.map(|i| i.fencing_token),
+        Some(fence),
+        "the call's lock is held"
+    );
 
-    let busy = pay(service.clone()).await.expect_err("a second call while held");
+    let busy = pay(service.clone())
+        .await
+        .expect_err("a second call while held");
     assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
     assert!(busy.message().contains("held elsewhere"), "{busy:?}");
 
     let answer = first.await.expect("task").expect("the first call");
     assert_eq!(answer.into_inner(), fence.to_string().into_bytes());
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "the refused call ran the method");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the refused call ran the method"
+    );
     let free = lock_client
         .inspect("grpc:orders.Orders/Pay")
         .await
@@ -210,7 +220,9 @@ async fn a_tonic_call_holds_its_lock_and_a_busy_one_is_aborted() {
 
     // Free again: the next call passes, with a newer token.
     let next = pay(service).await.expect("a call after the first");
-    let next_fence: u64 = String::from_utf8_lossy(next.get_ref()).parse().expect("a token");
+    let next_fence: u64 = String::from_utf8_lossy(next.get_ref())
+        .parse()
+        .expect("a token");
     assert!(next_fence > fence);
 }
 
@@ -251,7 +263,9 @@ async fn after_a_restart_the_pushback_says_when_to_retry() {
     assert_eq!(busy.code(), Code::Aborted, "{busy:?}");
 
     server.restart();
-    let mut refused = pay(service.clone()).await.expect_err("closed after the restart");
+    let mut refused = pay(service.clone())
+        .await
+        .expect_err("closed after the restart");
     for _ in 0..50 {
         if refused.code() == Code::Unavailable
             && refused.metadata().get("grpc-retry-pushback-ms").is_some()

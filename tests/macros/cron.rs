@@ -7,7 +7,6 @@
 //! timer; each run counts itself in Redis under its fire, and every fire
 //! that ran must have run once.
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold::schedule::{self, Cron};
@@ -16,7 +15,7 @@ use redis::aio::MultiplexedConnection;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 use crate::common::within;
-use crate::support::RedisServer;
+use crate::support::{RedisServer, all_succeed, worker};
 
 const WORKERS: u64 = 3;
 /// How far apart the workers' timers are started.
@@ -90,30 +89,22 @@ async fn connection(url: &str) -> MultiplexedConnection {
 #[tokio::test]
 async fn cron_runs_once_per_fire_across_processes() {
     let server = RedisServer::start();
-    let exe = std::env::current_exe().unwrap();
     // A common start, late enough for the workers to be up; worker `i`
     // starts its timer `i * PHASE` after it.
     let start = unix_millis(SystemTime::now() + Duration::from_millis(1500));
     let children: Vec<_> = (0..WORKERS)
         .map(|i| {
             let phase = u64::try_from((PHASE * u32::try_from(i).unwrap()).as_millis()).unwrap();
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "cron::cron_worker_process",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(URL_VAR, server.url())
-                .env(START_VAR, (start + phase).to_string())
-                .spawn()
-                .unwrap()
+            worker(
+                "cron::cron_worker_process",
+                [
+                    (URL_VAR, server.url()),
+                    (START_VAR, (start + phase).to_string()),
+                ],
+            )
         })
         .collect();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a worker failed");
-    }
+    all_succeed(children);
 
     let fires = fires_ran_once(&server);
     // About six seconds of calls: three fires at least, each a fire time of

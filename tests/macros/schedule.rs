@@ -4,7 +4,6 @@
 //! client and its own *unaligned* `tokio::time::interval`; each run counts
 //! itself in Redis under its slot, and every slot that ran must have run once.
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold::schedule::{self, Slot};
@@ -12,7 +11,7 @@ use leasehold::{LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
 
 use crate::common::{redis_client, within};
-use crate::support::RedisServer;
+use crate::support::{RedisServer, all_succeed, worker};
 
 const WORKERS: u64 = 3;
 /// How far apart the workers' timers are started.
@@ -50,30 +49,22 @@ fn get(server: &RedisServer, key: &str) -> u64 {
 #[tokio::test]
 async fn every_runs_once_per_slot_across_processes() {
     let server = RedisServer::start();
-    let exe = std::env::current_exe().unwrap();
     // A common start, late enough for the workers to be up; worker `i` starts
     // its timer `i * PHASE` after it.
     let start = unix_millis(SystemTime::now() + Duration::from_millis(1500));
     let children: Vec<_> = (0..WORKERS)
         .map(|i| {
             let phase = u64::try_from((PHASE * u32::try_from(i).unwrap()).as_millis()).unwrap();
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "schedule::slot_worker_process",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(URL_VAR, server.url())
-                .env(START_VAR, (start + phase).to_string())
-                .spawn()
-                .unwrap()
+            worker(
+                "schedule::slot_worker_process",
+                [
+                    (URL_VAR, server.url()),
+                    (START_VAR, (start + phase).to_string()),
+                ],
+            )
         })
         .collect();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a worker failed");
-    }
+    all_succeed(children);
 
     let slots = server.keys("runs:*");
     let mut ran = 0;

@@ -153,31 +153,14 @@ async fn a_release_during_a_slot_migration_lands() {
     let slot = slot_of(key);
     let from = cluster.node_for_slot(slot);
     let to = (from + 1) % 3;
-    let (src, dst) = (&cluster.nodes()[from], &cluster.nodes()[to]);
-    let (src_id, dst_id) = (cluster.node_id(from), cluster.node_id(to));
-    let slot_s = slot.to_string();
-    dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-    src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
-    let port = dst.port().to_string();
+    cluster.open_migration(slot, from, to);
     let (lock, fence) = (lock_name(key), format!("leasehold:{{{key}}}:fence"));
-    src.cmd(&[
-        "MIGRATE",
-        "127.0.0.1",
-        &port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        &lock,
-        &fence,
-    ]);
+    cluster.migrate_keys(from, to, &[&lock, &fence]);
 
     let releasing = tokio::spawn(async move { guard.release().await });
     // Longer than the cluster connection's own retries of TRYAGAIN.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    for i in [to, from, 3 - to - from] {
-        cluster.nodes()[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
-    }
+    cluster.close_migration(slot, from, to);
     let migrated = Instant::now();
 
     let released = tokio::time::timeout(Duration::from_secs(15), releasing)

@@ -121,6 +121,39 @@ impl RedisCluster {
         crc16_xmodem(hashed) % SLOTS
     }
 
+    /// Opens a migration of `slot` from node `from` to node `to`:
+    /// `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source.
+    /// Until [`close_migration`](Self::close_migration), the source answers
+    /// `ASK` for the keys it no longer has.
+    pub fn open_migration(&self, slot: u16, from: usize, to: usize) {
+        let slot_s = slot.to_string();
+        let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
+        self.nodes[to].cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
+        self.nodes[from].cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+    }
+
+    /// `MIGRATE`s `keys` from node `from` to node `to` (of a slot whose
+    /// migration is open).
+    pub fn migrate_keys(&self, from: usize, to: usize, keys: &[&str]) {
+        let port = self.nodes[to].port().to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend_from_slice(keys);
+        self.nodes[from].cmd(&args);
+    }
+
+    /// Ends the migration of `slot` to node `to`: `SETSLOT NODE` on the
+    /// target first (it bumps its config epoch), then the source, then the
+    /// rest. Returns without waiting for the nodes to agree.
+    pub fn close_migration(&self, slot: u16, from: usize, to: usize) {
+        let slot_s = slot.to_string();
+        let dst_id = self.node_id(to);
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            self.nodes[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
+        }
+    }
+
     /// Moves `slot` (and its keys) from its current owner to node `to`:
     /// `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source,
     /// `MIGRATE` the keys in batches of 100 (`GETKEYSINSLOT`), then
@@ -134,10 +167,8 @@ impl RedisCluster {
             return;
         }
         let (src, dst) = (&self.nodes[from], &self.nodes[to]);
-        let (src_id, dst_id) = (self.node_id(from), self.node_id(to));
         let slot_s = slot.to_string();
-        dst.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]);
-        src.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]);
+        self.open_migration(slot, from, to);
         loop {
             let keys = match src.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]) {
                 Value::Array(keys) => keys,
@@ -168,12 +199,7 @@ impl RedisCluster {
                 )
             });
         }
-        // Target first (it bumps its config epoch), then the source, then the rest.
-        let mut order = vec![to, from];
-        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
-        for i in order {
-            self.nodes[i].cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]);
-        }
+        self.close_migration(slot, from, to);
         let deadline = Instant::now() + CLUSTER_TIMEOUT;
         loop {
             let views: Vec<Result<Option<usize>, String>> = (0..self.nodes.len())

@@ -14,6 +14,8 @@
 //! * [`freeze_process`] / [`thaw_process`]: SIGSTOP / SIGCONT of any child.
 //! * [`SentinelSet`]: a primary, two replicas (replicating through a fault
 //!   proxy) and three sentinels.
+//! * [`worker`] / [`all_succeed`]: this test binary run again as worker
+//!   processes, each running one ignored test.
 //!
 //! Every server (sentinels included) runs `LEASEHOLD_REDIS_SERVER` (default
 //! `redis-server`), and clusters are formed with `LEASEHOLD_REDIS_CLI`
@@ -28,6 +30,7 @@ mod cluster;
 mod proxy;
 mod sentinel;
 mod server;
+mod workers;
 
 // A test file or bench may use only some of these.
 #[allow(unused_imports)]
@@ -40,3 +43,5 @@ pub use sentinel::{MASTER_NAME, Passwords, SentinelSet};
 pub use server::{RedisServer, cli_bin, free_port, primary_with_replica, server_bin};
 #[allow(unused_imports)]
 pub use server::{freeze_process, thaw_process};
+#[allow(unused_imports)]
+pub use workers::{all_succeed, worker};

@@ -8,6 +8,7 @@
 
 mod all;
 mod family;
+mod holders;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::family::Kind;
+use super::keys::Kind;
 use super::wakeups::{Announcement, Wakeups};
 use super::{
     Acquired, Attempt, Backend, BoxFuture, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE,
@@ -44,7 +45,7 @@ struct Table {
     /// when its next renewal is told so (`P{K}:forced` on Redis).
     forced: HashMap<String, (String, Instant)>,
     /// The semaphores and rw locks, by holders key (see `memory/family.rs`).
-    families: HashMap<String, family::Family>,
+    families: HashMap<String, holders::Family>,
     size_after_sweep: usize,
 }
 
@@ -255,7 +256,7 @@ impl MemoryBackend {
         batch
             .iter()
             .map(|item| match table.live(item.keys.lock(), now) {
-                _ if family::is_family(&item.keys.kind) => {
+                _ if holders::is_family(&item.keys.kind) => {
                     Self::family_renew(&mut table, item, now)
                 }
                 Some(entry) if entry.token == *item.token => {
@@ -352,7 +353,7 @@ impl MemoryBackend {
 impl Backend for MemoryBackend {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         let (keys, token, ttl, in_line) = attempt.parts();
-        if family::is_family(&keys.kind) {
+        if holders::is_family(&keys.kind) {
             let outcome = self.family_acquire(keys, token, ttl, in_line);
             return Box::pin(async move { outcome });
         }
@@ -372,7 +373,7 @@ impl Backend for MemoryBackend {
     }
 
     fn abandon<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> BoxFuture<'a, ()> {
-        if family::is_family(&keys.kind) {
+        if holders::is_family(&keys.kind) {
             self.family_abandon(keys, token);
         } else if let Kind::All(all) = &keys.kind {
             self.all_abandon(all, token);
@@ -384,7 +385,7 @@ impl Backend for MemoryBackend {
 
     fn release<'a>(&'a self, release: Release<'a>) -> Reply<'a, Owned> {
         let (keys, token, keep, _) = release.parts();
-        let outcome = if family::is_family(&keys.kind) {
+        let outcome = if holders::is_family(&keys.kind) {
             self.family_release(keys, token, keep)
         } else if let Kind::All(all) = &keys.kind {
             self.all_release(all, token, keep)

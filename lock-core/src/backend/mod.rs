@@ -29,10 +29,10 @@
 //! "Data layout" table in `lib.rs`); [`LockKeys`] builds them.
 
 pub(crate) mod connect;
-pub(crate) mod family;
 #[cfg(feature = "testing")]
 pub(crate) mod faulty;
 pub(crate) mod glob;
+pub(crate) mod keys;
 pub(crate) mod lazy;
 pub(crate) mod listener;
 pub(crate) mod memory;
@@ -50,6 +50,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostCause};
+pub(crate) use keys::{LockKeys, SCAN_COUNT, key_of_lock_name, lock_glob, shown_key};
 use wakeups::Wakeups;
 
 /// How long a fencing counter outlives the last acquisition of its lock
@@ -140,160 +141,6 @@ impl<'a> Release<'a> {
     /// Keys, token, keep, deadline.
     pub(crate) fn parts(self) -> (&'a LockKeys, &'a str, Duration, Instant) {
         (self.keys, self.token, self.keep, self.deadline)
-    }
-}
-
-/// The Redis names of one lock (the "Data layout" table in `lib.rs`):
-/// `P{K}:lock`, `P{K}:fence`, `P{K}:line`, `P{K}:places` and the channel
-/// `P{K}:released`, kept back to back in one allocation (built on every
-/// acquisition and held by every lease: one string, not five).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LockKeys {
-    /// Where the key as the user gave it starts in `names`: see
-    /// [`LockKeys::key`].
-    key_at: usize,
-    /// Where it ends (`stem - 1` for a lock: the `}` before the suffixes;
-    /// `stem` for an election, whose key includes the `}:election` that no
-    /// user key can contain).
-    key_end: usize,
-    /// The five names, in the order of [`SUFFIXES`].
-    names: Box<str>,
-    /// The length of `P{K}`, the stem every name starts with.
-    stem: usize,
-    /// Which primitive these names belong to (a plain lock unless built by
-    /// [`LockKeys::of_kind`]).
-    pub(crate) kind: family::Kind,
-}
-
-/// What follows `P{name}` in every Redis name of an election.
-const ELECTION: &str = ":election";
-
-/// The names' suffixes, in their order in [`LockKeys`]'s `names`.
-const SUFFIXES: [&str; 5] = [":lock", ":fence", ":line", ":places", ":released"];
-
-impl LockKeys {
-    pub(crate) fn new(prefix: &str, key: &str) -> LockKeys {
-        // On every acquisition: plain pushes into one string, not `format!`.
-        let stem = prefix.len() + key.len() + 2;
-        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
-        let mut names = String::with_capacity(stem * SUFFIXES.len() + suffixes);
-        for suffix in SUFFIXES {
-            names.push_str(prefix);
-            names.push('{');
-            names.push_str(key);
-            names.push('}');
-            names.push_str(suffix);
-        }
-        LockKeys {
-            key_at: prefix.len() + 1,
-            key_end: stem - 1,
-            names: names.into_boxed_str(),
-            stem,
-            kind: family::Kind::Lock,
-        }
-    }
-
-    /// The names of the election `name`: those of a plain lock whose stem
-    /// is `P{name}:election` (`P{name}:election:lock`, `…:fence`, …), in
-    /// the hash slot of `name`. No lock key can make that stem (a key
-    /// cannot contain `}`), so an election never shares a name with a
-    /// lock. Its key, as [`key`](Self::key) gives it, is `name}:election`:
-    /// for the same reason distinct from every lock key (in the restart
-    /// gate's per-key records, re-entry and messages alike).
-    pub(crate) fn election(prefix: &str, name: &str) -> LockKeys {
-        let stem = prefix.len() + name.len() + 2 + ELECTION.len();
-        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
-        let mut names = String::with_capacity(stem * SUFFIXES.len() + suffixes);
-        for suffix in SUFFIXES {
-            names.push_str(prefix);
-            names.push('{');
-            names.push_str(name);
-            names.push('}');
-            names.push_str(ELECTION);
-            names.push_str(suffix);
-        }
-        LockKeys {
-            key_at: prefix.len() + 1,
-            key_end: stem,
-            names: names.into_boxed_str(),
-            stem,
-            kind: family::Kind::Lock,
-        }
-    }
-
-    /// The election's name, for an election's names (`None` for a lock's).
-    pub(crate) fn election_name(&self) -> Option<&str> {
-        self.key().strip_suffix(ELECTION)?.strip_suffix('}')
-    }
-
-    /// The names of `key` for a primitive of the lock family.
-    pub(crate) fn of_kind(prefix: &str, key: &str, kind: family::Kind) -> LockKeys {
-        LockKeys {
-            kind,
-            ..LockKeys::new(prefix, key)
-        }
-    }
-
-    /// The key as the user gave it (without prefix), for messages.
-    pub(crate) fn key(&self) -> &str {
-        self.names
-            .get(self.key_at..self.key_end)
-            .unwrap_or_default()
-    }
-
-    /// The `i`th name of [`SUFFIXES`].
-    fn name(&self, i: usize) -> &str {
-        let start: usize = SUFFIXES[..i].iter().map(|s| self.stem + s.len()).sum();
-        let end = start + self.stem + SUFFIXES[i].len();
-        self.names.get(start..end).unwrap_or_default()
-    }
-
-    /// `P{K}:lock`: the lock (a string: the owner token), or a semaphore's
-    /// or rw lock's holders (a hash).
-    pub(crate) fn lock(&self) -> &str {
-        self.name(0)
-    }
-
-    /// `P{K}:fence`: the last fencing token written.
-    pub(crate) fn fence(&self) -> &str {
-        self.name(1)
-    }
-
-    /// `P{K}:line`: the waiters' line.
-    pub(crate) fn line(&self) -> &str {
-        self.name(2)
-    }
-
-    /// `P{K}:places`: the waiters' places.
-    pub(crate) fn places(&self) -> &str {
-        self.name(3)
-    }
-
-    /// `P{K}:released`: the release channel.
-    pub(crate) fn channel(&self) -> &str {
-        self.name(4)
-    }
-}
-
-impl LockKeys {
-    /// `P{K}:grant`: the record of the holder's fencing token, written a
-    /// moment after a grant that did not write it (see `scripts/fast.rs`).
-    pub(crate) fn grant_record(&self) -> String {
-        let stem = self.names.get(..self.stem).unwrap_or_default();
-        let mut name = String::with_capacity(stem.len() + 6);
-        name.push_str(stem);
-        name.push_str(":grant");
-        name
-    }
-
-    /// `P{K}:survived`, built when needed (rarely: shortly after a restart
-    /// or failover), not on every acquisition.
-    pub(crate) fn survival_mark(&self) -> String {
-        let stem = self.names.get(..self.stem).unwrap_or_default();
-        let mut name = String::with_capacity(stem.len() + 9);
-        name.push_str(stem);
-        name.push_str(":survived");
-        name
     }
 }
 
@@ -419,62 +266,6 @@ pub(crate) fn clock_micros() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .max(1)
-}
-
-/// How many keys one `SCAN` call is asked to look at.
-pub(crate) const SCAN_COUNT: usize = 100;
-
-/// The `SCAN ... MATCH` pattern of the lock keys under `prefix` whose keys
-/// match the glob `pattern`, and of the elections whose names do:
-/// `prefix{pattern}*:lock` (the `*` is empty for a lock, `:election` for an
-/// election), with the prefix's glob characters escaped (it is a literal).
-/// A name holds one `}` only (neither prefix nor key may hold one), so
-/// `pattern` matches the whole key or name.
-pub(crate) fn lock_glob(prefix: &str, pattern: &str) -> String {
-    let mut glob = String::with_capacity(prefix.len() + pattern.len() + 9);
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            glob.push('\\');
-        }
-        glob.push(c);
-    }
-    glob.push('{');
-    glob.push_str(pattern);
-    glob.push_str("}*:lock");
-    glob
-}
-
-/// The key of the lock name `name` (`prefix{key}:lock`), or of the
-/// election's (`prefix{name}:election:lock`, whose key is `name}:election`:
-/// see [`LockKeys::election`]), if it is one.
-pub(crate) fn key_of_lock_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
-    let key = name
-        .strip_prefix(prefix)?
-        .strip_prefix('{')?
-        .strip_suffix(":lock")?;
-    let user_part = key
-        .strip_suffix("}:election")
-        .or_else(|| key.strip_suffix('}'))?;
-    (!user_part.contains('}')).then_some(key.strip_suffix('}').unwrap_or(key))
-}
-
-impl LockKeys {
-    /// The names of a key found by `list` ([`key_of_lock_name`]): a lock's,
-    /// or an election's.
-    pub(crate) fn listed(prefix: &str, key: &str) -> LockKeys {
-        match key.strip_suffix(ELECTION).and_then(|k| k.strip_suffix('}')) {
-            Some(name) => LockKeys::election(prefix, name),
-            None => LockKeys::new(prefix, key),
-        }
-    }
-}
-
-/// The name a listed key is shown by (and matched against the pattern):
-/// an election's name, or the lock's key.
-pub(crate) fn shown_key(key: &str) -> &str {
-    key.strip_suffix(ELECTION)
-        .and_then(|k| k.strip_suffix('}'))
-        .unwrap_or(key)
 }
 
 /// One lock found by `list`: a key that matches but is not a leasehold
@@ -646,11 +437,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
-/// The process-wide in-memory store that every `LockClient::in_memory` shares.
-pub(crate) fn in_memory() -> Arc<dyn Backend> {
-    memory::MemoryBackend::shared()
-}
-
 /// The clock drift allowed for a lease of `ttl`: ttl/100 + 2 ms.
 pub(crate) fn default_drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
@@ -672,36 +458,4 @@ pub(crate) fn abandon_in_background(backend: &Arc<dyn Backend>, keys: &LockKeys,
     };
     let (backend, keys, token) = (backend.clone(), keys.clone(), token.to_owned());
     runtime.spawn(async move { backend.abandon(&keys, &token).await });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_election_has_names_no_lock_key_can_make() {
-        let election = LockKeys::election("p:", "job");
-        assert_eq!(election.lock(), "p:{job}:election:lock");
-        assert_eq!(election.channel(), "p:{job}:election:released");
-        assert_eq!(election.key(), "job}:election");
-        assert_eq!(election.election_name(), Some("job"));
-        let lock = LockKeys::new("p:", "job");
-        assert_eq!(lock.key(), "job");
-        assert_eq!(lock.election_name(), None);
-        assert_ne!(lock.lock(), election.lock());
-
-        // Listed back to the same names.
-        assert_eq!(
-            key_of_lock_name("p:", election.lock()),
-            Some(election.key())
-        );
-        assert_eq!(key_of_lock_name("p:", lock.lock()), Some("job"));
-        assert_eq!(LockKeys::listed("p:", election.key()), election);
-        assert_eq!(LockKeys::listed("p:", "job"), lock);
-        assert_eq!(shown_key(election.key()), "job");
-        // Anything else is not a lock.
-        assert_eq!(key_of_lock_name("p:", "p:{job}:other:lock"), None);
-        assert_eq!(key_of_lock_name("p:", "p:{a}b}:lock"), None);
-        assert_eq!(lock_glob("p*:", "jo?"), "p\\*:{jo?}*:lock");
-    }
 }

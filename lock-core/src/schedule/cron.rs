@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds};
 
-use super::{MAX_EVERY, Slot};
+use super::slot::{MAX_EVERY, Slot};
 use crate::error::LockError;
 
 /// A cron schedule, for slots that run from one fire to the next.

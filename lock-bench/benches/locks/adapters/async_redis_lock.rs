@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_redis_lock::{Error, Lock, Locker, Options};
 
-use super::{Res, Settings};
+use super::settings::{Res, Settings};
 
 pub struct Arl {
     locker: Locker,

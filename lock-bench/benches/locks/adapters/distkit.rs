@@ -14,7 +14,7 @@ use distkit::lock::{
 };
 use redis::aio::ConnectionManager;
 
-use super::{Res, Settings, Shape};
+use super::settings::{Res, Settings, Shape};
 
 pub struct Distkit {
     conn: ConnectionManager,

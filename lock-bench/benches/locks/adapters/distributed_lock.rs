@@ -16,7 +16,7 @@ use distributed_lock_redis::{
     RedisWriteLockHandle,
 };
 
-use super::{Res, Settings, Shape};
+use super::settings::{Res, Settings, Shape};
 
 pub struct DistLock {
     provider: Arc<RedisLockProvider>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold::{LockClient, LockError, LockGuard, LockRequest};
 
-use super::{Res, Settings, Shape};
+use super::settings::{Res, Settings, Shape};
 
 pub struct Leasehold {
     client: LockClient,

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
-use super::{Res, Settings, leasehold_key};
+use super::settings::{Res, Settings, leasehold_key};
 
 /// Which commands take and give back the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rlock::async_lock::{RLock, RLockGuard};
 use rlock::{AcquireError, AcquireOptions, RenewalMode};
 
-use super::{Res, Settings};
+use super::settings::{Res, Settings};
 
 pub struct Rlock {
     rlock: RLock,

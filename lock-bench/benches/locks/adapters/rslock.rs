@@ -10,7 +10,7 @@ use rslock::{Lock, LockManager};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::{Res, Settings};
+use super::settings::{Res, Settings};
 
 pub struct Rslock {
     manager: LockManager,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::family::AllKeys;
+use super::super::keys::AllKeys;
 use super::super::wakeups::Announcement;
 use super::super::{Acquired, FENCE_MEMORY, LockKeys, Owned, Renewal};
 use super::MemoryBackend;

@@ -1,89 +1,19 @@
 //! The semaphore and the read-write lock in memory, with the rules of
-//! `backend/family.rs` (the same as the Redis scripts'): holders with
+//! `backend/keys.rs` (the same as the Redis scripts'): holders with
 //! leases, a line served first come first served, one fencing counter per
 //! key shared with the lock.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::family::Kind;
 use super::super::wakeups::Announcement;
 use super::super::{
     Acquired, FENCE_MEMORY, Inspected, LockKeys, Owned, PLACE_GRACE, Renewal, SharedHolder,
 };
+use super::holders::{Family, Holder, Place};
 use super::{MemoryBackend, Table};
 use crate::error::LockError;
-
-/// The holders and the line of one semaphore or rw lock.
-#[derive(Debug, Default)]
-pub(super) struct Family {
-    holders: Vec<Holder>,
-    line: VecDeque<Place>,
-}
-
-#[derive(Debug)]
-struct Holder {
-    token: String,
-    letter: &'static str,
-    until: Instant,
-    fence: u64,
-}
-
-#[derive(Debug)]
-struct Place {
-    token: String,
-    letter: &'static str,
-    kept: Instant,
-}
-
-/// Whether two kinds' letters belong to the same primitive.
-fn same_family(a: &str, b: &str) -> bool {
-    (a == "s") == (b == "s")
-}
-
-impl Family {
-    /// Drop expired holders and lapsed places; whether anything of another
-    /// primitive than `letter` is here.
-    fn settle(&mut self, now: Instant, letter: &str) -> bool {
-        self.holders.retain(|h| h.until > now);
-        self.line.retain(|p| p.kept > now);
-        self.holders.iter().any(|h| !same_family(h.letter, letter))
-            || self.line.iter().any(|p| !same_family(p.letter, letter))
-    }
-
-    /// Drop expired holders and lapsed places; whether anything is left.
-    pub(super) fn expire(&mut self, now: Instant) -> bool {
-        self.holders.retain(|h| h.until > now);
-        self.line.retain(|p| p.kept > now);
-        !self.is_empty()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.holders.is_empty() && self.line.is_empty()
-    }
-
-    /// Whether a waiter of `letter` at `position` (0-based; the line's
-    /// length for one not in line) may go now.
-    fn may_go(&self, letter: &str, position: usize, permits: u32) -> bool {
-        match letter {
-            "s" => self.holders.len() + position < permits as usize,
-            "w" => self.holders.is_empty() && position == 0,
-            _ => {
-                !self.holders.iter().any(|h| h.letter == "w")
-                    && !self.line.iter().take(position).any(|p| p.letter == "w")
-            }
-        }
-    }
-
-    /// The first in line, if it may go now.
-    fn next_to_go(&self, permits: u32) -> Option<String> {
-        let first = self.line.front()?;
-        self.may_go(first.letter, 0, permits)
-            .then(|| first.token.clone())
-    }
-}
 
 fn wrong_type(keys: &LockKeys) -> LockError {
     LockError::WrongType {
@@ -342,11 +272,6 @@ impl MemoryBackend {
             },
         }
     }
-}
-
-/// Whether `kind` is served by this module.
-pub(super) fn is_family(kind: &Kind) -> bool {
-    kind.is_shared()
 }
 
 /// The forced-release marker of `token` on the semaphore or rw lock `lock`.

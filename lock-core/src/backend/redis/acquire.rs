@@ -16,7 +16,7 @@ impl<T: Topology> RedisBackend<T> {
     /// connection, before granting): on Redis Cluster, the primary of each
     /// key's slot, unless read since its connection could have changed.
     pub(super) async fn verify(&self, keys: &LockKeys) -> Result<(), LockError> {
-        if let crate::backend::family::Kind::All(all) = &keys.kind
+        if let crate::backend::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
         {
             for keys in &all.keys {
@@ -46,7 +46,7 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
-        if let crate::backend::family::Kind::All(all) = &keys.kind
+        if let crate::backend::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
         {
             // Across slots (Redis Cluster), each key lives on its own
@@ -203,7 +203,7 @@ impl<T: Topology> RedisBackend<T> {
             };
             return self.family_attempt(&mut con, attempt).await;
         }
-        if let crate::backend::family::Kind::All(all) = &keys.kind {
+        if let crate::backend::keys::Kind::All(all) = &keys.kind {
             return self
                 .lock_all_attempt(&mut con, all, token, ttl, in_line)
                 .await;

@@ -1,5 +1,5 @@
 //! The semaphore and the read-write lock on Redis (data layout and
-//! fairness in `backend/family.rs`): their scripts' calls, beside the
+//! fairness in `backend/keys.rs`): their scripts' calls, beside the
 //! lock's in `super`, which dispatches to them by the kind of the keys.
 
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use futures_util::future::join_all;
 
 use super::{RedisBackend, Topology};
-use crate::backend::family::{AllKeys, Kind};
+use crate::backend::keys::{AllKeys, Kind};
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Announcement;
 use crate::backend::{Acquired, Attempt, Inspected, LockKeys, Owned, Release, Renewal};

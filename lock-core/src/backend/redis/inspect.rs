@@ -1,51 +1,18 @@
 //! The Redis backend's read and operator paths: `inspect` (a holder's
-//! fencing token looked for again while it is not recorded yet), the
-//! `SCAN` behind `list`, and `force_release`.
-
-use redis::aio::ConnectionLike;
+//! fencing token looked for again while it is not recorded yet), the lock
+//! keys behind `list` (found by the `SCAN` of `scan.rs`), and
+//! `force_release`.
 
 use super::{RedisBackend, Topology};
 use crate::backend::connect::backend_error;
 use crate::backend::scripts::{self, ScriptError};
 use crate::backend::wakeups::Announcement;
-use crate::backend::{Inspected, LockKeys, RECORD_AFTER, SCAN_COUNT, key_of_lock_name, lock_glob};
+use crate::backend::{Inspected, LockKeys, RECORD_AFTER, key_of_lock_name, lock_glob};
 use crate::error::LockError;
 
 /// How many times `inspect` looks again for a holder's fencing token that
 /// is not recorded yet, [`RECORD_AFTER`] apart.
 const INSPECT_LOOKS: u32 = 6;
-
-/// How many locks `list` inspects at once.
-pub(super) const LIST_CONCURRENCY: usize = 16;
-
-/// Every key matching `glob` on the server behind `con`: `SCAN` with a
-/// cursor until it comes back to 0.
-pub(crate) async fn scan_all<C: ConnectionLike>(
-    con: &mut C,
-    glob: &str,
-) -> Result<Vec<String>, redis::RedisError> {
-    let mut names = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, page): (u64, Vec<String>) = scan_command(cursor, glob).query_async(con).await?;
-        names.extend(page);
-        if next == 0 {
-            return Ok(names);
-        }
-        cursor = next;
-    }
-}
-
-/// One `SCAN cursor MATCH glob COUNT n`.
-pub(crate) fn scan_command(cursor: u64, glob: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("SCAN");
-    cmd.arg(cursor)
-        .arg("MATCH")
-        .arg(glob)
-        .arg("COUNT")
-        .arg(SCAN_COUNT);
-    cmd
-}
 
 impl<T: Topology> RedisBackend<T> {
     /// The inspect script (no gate: it only reads).

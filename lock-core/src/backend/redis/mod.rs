@@ -27,6 +27,7 @@ pub(crate) mod gate;
 mod inspect;
 pub(crate) mod redlock;
 mod release;
+mod scan;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 pub(crate) mod server;
@@ -49,10 +50,10 @@ use super::{
 };
 use crate::error::LockError;
 pub(crate) use gate::Gate;
-use inspect::LIST_CONCURRENCY;
-use inspect::scan_all;
+use scan::LIST_CONCURRENCY;
+use scan::scan_all;
 #[cfg(feature = "cluster")]
-pub(crate) use inspect::scan_command;
+pub(crate) use scan::scan_command;
 
 /// How the commands of a Redis backend reach the server(s).
 pub(crate) trait Topology: Send + Sync + 'static {
@@ -213,7 +214,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
         // Plain locks only: the family has scripts of its own.
         let fast_ok = attempt.fence_floor.is_none()
-            && matches!(attempt.keys.kind, super::family::Kind::Lock)
+            && matches!(attempt.keys.kind, super::keys::Kind::Lock)
             && self.topology.fast_path();
         let attempt = Attempt {
             fast: attempt.fast && fast_ok,
@@ -250,7 +251,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 .await
                 .map_err(|e| e.into_lock_error(&self.server, keys))
             };
-            if let super::family::Kind::All(all) = &keys.kind {
+            if let super::keys::Kind::All(all) = &keys.kind {
                 // Every line the `lock_all` waits in; gone from any: look again.
                 // The soonest lease to end among its keys.
                 let kept = futures_util::future::join_all(all.keys.iter().map(one)).await;
@@ -285,7 +286,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
             if keys.kind.is_shared() {
                 return self.family_abandon(keys, token).await;
             }
-            if let super::family::Kind::All(all) = &keys.kind {
+            if let super::keys::Kind::All(all) = &keys.kind {
                 for keys in &all.keys {
                     self.abandon(keys, token).await;
                 }
@@ -316,7 +317,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
         if release.keys.kind.is_shared() {
             return Box::pin(self.family_release(release));
         }
-        if let super::family::Kind::All(all) = &release.keys.kind {
+        if let super::keys::Kind::All(all) = &release.keys.kind {
             return Box::pin(self.release_all(all, release));
         }
         Box::pin(self.release_lock(release))
@@ -326,7 +327,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
         Box::pin(async move {
             let owned = if batch
                 .iter()
-                .any(|item| !matches!(item.keys.kind, super::family::Kind::Lock))
+                .any(|item| !matches!(item.keys.kind, super::keys::Kind::Lock))
             {
                 self.renew_with_family(batch).await?
             } else {

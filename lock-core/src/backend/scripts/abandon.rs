@@ -3,7 +3,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 
 /// The script's source as Redis runs it (with the shared helpers first).

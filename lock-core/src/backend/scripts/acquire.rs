@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
 use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE, PLACE_LIFE};
 

@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke, unexpected};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::LockKeys;
 
 /// The script's source as Redis runs it (with the shared helpers first).

@@ -3,8 +3,8 @@
 
 use redis::aio::ConnectionLike;
 
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use super::force_release::{Forced, MIN_MARKER, forced_name};
-use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 use crate::backend::connect::millis;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, Released, ScriptError, evalsha, invoke, unexpected};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
+use super::release::Released;
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 

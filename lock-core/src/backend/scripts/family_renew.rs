@@ -2,7 +2,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 

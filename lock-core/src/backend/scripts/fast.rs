@@ -43,7 +43,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
-use super::ScriptError;
+use super::call::ScriptError;
 use super::native::{Natives, Offered};
 use crate::backend::LockKeys;
 use crate::backend::connect::{is_retryable, millis};

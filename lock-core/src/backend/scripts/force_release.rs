@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::LockKeys;
 use crate::backend::connect::millis;
 

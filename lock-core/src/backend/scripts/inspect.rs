@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::{Inspected, LockKeys};
 
 /// The script's source as Redis runs it (with the shared helper first).

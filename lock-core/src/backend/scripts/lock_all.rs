@@ -5,9 +5,9 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke, unexpected};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
-use crate::backend::family::AllKeys;
+use crate::backend::keys::AllKeys;
 use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE, PLACE_LIFE};
 
 /// The script's source as Redis runs it (with the shared helpers first).

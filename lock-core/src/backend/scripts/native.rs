@@ -31,7 +31,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::ScriptError;
+use super::call::ScriptError;
 use crate::backend::LockKeys;
 use crate::backend::connect::{is_retryable, millis};
 

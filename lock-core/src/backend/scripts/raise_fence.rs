@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke};
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, LockKeys, Owned};
 

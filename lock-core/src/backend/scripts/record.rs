@@ -4,8 +4,8 @@
 use redis::Value;
 use redis::aio::ConnectionLike;
 
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use super::native::Offered;
-use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{FENCE_MEMORY, Owned, Renewal};
 

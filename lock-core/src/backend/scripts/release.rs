@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Lua, ScriptError, evalsha, invoke, unexpected};
+use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
 use crate::backend::wakeups::Announcement;
 use crate::backend::{LockKeys, Owned};

@@ -2,8 +2,8 @@
 
 use redis::aio::ConnectionLike;
 
+use super::call::{Lua, ScriptError, evalsha, invoke};
 use super::native::{self, Native, Offered};
-use super::{Lua, ScriptError, evalsha, invoke};
 use crate::backend::connect::millis;
 use crate::backend::{Owned, Renewal};
 

@@ -1,0 +1,153 @@
+//! `lock_all.lua` over two keys, branch by branch, and what a client of
+//! the model takes.
+
+use crate::scripts::{LEASE, Server, Time, Tok};
+
+/// What a client takes: both keys, or one key's plain lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Takes {
+    Both,
+    One(u8),
+}
+
+impl Takes {
+    pub fn keys(self) -> Vec<usize> {
+        match self {
+            Takes::Both => vec![0, 1],
+            Takes::One(k) => vec![usize::from(k)],
+        }
+    }
+}
+
+/// What `lock_all.lua` (or acquire.lua for one key) answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllReply {
+    /// The fences, per key (0 for a key not taken).
+    Granted([u32; 2]),
+    Busy(i32),
+}
+
+/// lock_all.lua over both keys: the reply, whether it was a new grant of
+/// some key, and who was told `next:` (key, token).
+pub fn lock_all(
+    s: &mut [Server; 2],
+    token: Tok,
+    in_line: bool,
+    now: Time,
+    floor: u32,
+) -> (AllReply, [bool; 2], Vec<(usize, Tok)>) {
+    let mut told = Vec::new();
+    let mut blocked = false;
+    let (mut sleep, mut unknown) = (0i32, false);
+    let mut ours = [false; 2];
+    let (mut present, mut live) = (0, 0);
+    for i in 0..2 {
+        let holder = s[i].lock;
+        // (lock_all.lua drops lapsed places, not their `~` fields.)
+        let head = s[i].first_kept(token, now, false);
+        let wait = match holder {
+            Some(l) if l.owner == token => {
+                ours[i] = true;
+                None
+            }
+            Some(l) => Some(i32::from(l.exp) - i32::from(now)),
+            None => match head {
+                Some(h) if h != token => {
+                    Some(i32::from(s[i].place(h).unwrap_or(0)) - i32::from(now))
+                }
+                _ => None,
+            },
+        };
+        if let Some(wait) = wait {
+            blocked = true;
+            if wait < 0 {
+                unknown = true;
+            } else {
+                sleep = sleep.max(wait);
+            }
+        }
+        if in_line && let Some(kept) = s[i].place(token) {
+            present += 1;
+            if kept > now {
+                live += 1;
+            }
+        }
+    }
+    if !blocked {
+        let mut fences = [0; 2];
+        let mut fresh = [false; 2];
+        for i in 0..2 {
+            let last = s[i].fence.map(|f| f.value);
+            if ours[i] {
+                // A retried call: same lease, same fence.
+                if let Some(l) = &mut s[i].lock {
+                    l.exp = now + LEASE;
+                }
+                fences[i] = last.unwrap_or(0);
+                continue;
+            }
+            fresh[i] = true;
+            let fence = match last {
+                Some(prior) if prior >= floor => prior + 1,
+                _ => floor,
+            };
+            if s[i].line.first() == Some(&token) {
+                s[i].lpop();
+                s[i].remove_place(token);
+                s[i].tidy();
+            }
+            let marked = !s[i].line.is_empty();
+            s[i].fence = Some(crate::scripts::FenceVal {
+                value: fence,
+                marked,
+                exp: crate::scripts::Exp::Long,
+            });
+            s[i].lock = Some(crate::scripts::LockVal {
+                owner: token,
+                marked,
+                exp: now + LEASE,
+                fast: false,
+            });
+            fences[i] = fence;
+        }
+        return (AllReply::Granted(fences), fresh, told);
+    }
+    if unknown {
+        sleep = -1;
+    }
+    // Give back every key still ours; without a wait, or with a place
+    // lapsed or lost in some line, leave every line (to join them all
+    // again at the back).
+    let rejoin = !in_line || (present > 0 && live < 2);
+    for (i, key) in s.iter_mut().enumerate() {
+        let held = ours[i];
+        if held {
+            key.lock = None;
+        }
+        let mut was_first = false;
+        if rejoin && key.remove_place(token) {
+            was_first = key.line.first() == Some(&token);
+            if let Some(at) = key.line.iter().position(|t| *t == token) {
+                key.line.remove(at);
+            }
+        }
+        key.tidy();
+        if let Some(&next) = key.line.first()
+            && next != token
+            && (held || was_first)
+            && key.lock.is_none()
+        {
+            told.push((i, next));
+        }
+    }
+    if in_line {
+        // A place in every line, all at once: first come, first served
+        // across the keys (lock_all.lua writes no `~` field: its places
+        // are only woken).
+        for key in s.iter_mut() {
+            key.wait_in_line(token, now, sleep, None);
+            key.tidy();
+        }
+    }
+    (AllReply::Busy(sleep), [false; 2], told)
+}

@@ -1,0 +1,127 @@
+//! What the checker looks for in every state of the family model: the
+//! `always` properties no state may break, and the `sometimes` ones that
+//! some state must reach.
+
+use stateright::Property;
+
+use super::*;
+use crate::protocol::Flight;
+use crate::scripts::{Exp, Tok};
+
+/// The properties of [`Family`], as `Model::properties` gives them.
+pub(super) fn properties() -> Vec<Property<Family>> {
+    vec![
+        Property::always(
+            "never more permits held within their validity than the semaphore has",
+            |m: &Family, w: &FamWorld| {
+                let valid: Vec<(u32, bool)> =
+                    w.clients.iter().filter_map(|c| c.valid(w.now)).collect();
+                valid.iter().any(|&(_, excused)| excused)
+                    || !m.config.kinds.contains(&Kind::Permit)
+                    || valid.len() <= usize::from(m.config.permits)
+            },
+        ),
+        Property::always(
+            "never a writer with another holder within their validity",
+            |m: &Family, w: &FamWorld| {
+                let valid: Vec<(usize, bool)> = w
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.valid(w.now).map(|(_, e)| (i, e)))
+                    .collect();
+                valid.iter().any(|&(_, excused)| excused)
+                    || valid.len() <= 1
+                    || valid.iter().all(|&(i, _)| m.config.kinds[i] != Kind::Write)
+            },
+        ),
+        Property::always("fencing tokens strictly increase", |_, w: &FamWorld| {
+            !w.fence_bad
+        }),
+        Property::always(
+            "no waiter is overtaken by a later arrival",
+            |_, w: &FamWorld| !w.overtaken,
+        ),
+        Property::always("every key has an expiry", |_, w: &FamWorld| {
+            let s = &w.server;
+            let expires = |e: Option<Exp>| matches!(e, Some(Exp::At(_) | Exp::Long));
+            (s.forced.is_empty() || s.forced_exp.is_some())
+                && (s.holders.is_empty() || s.holders_exp.is_some())
+                && (s.line.is_empty() || expires(s.line_exp))
+                && (s.places.is_empty() || expires(s.places_exp))
+        }),
+        Property::always(
+            "a fair run from here serves every waiter and leaves no key behind",
+            |m: &Family, w: &FamWorld| !m.config.liveness || serves(m, w).is_ok(),
+        ),
+        Property::sometimes("a waiter in line while it is held", |_, w: &FamWorld| {
+            !w.server.line.is_empty() && !w.server.holders.is_empty()
+        }),
+        Property::sometimes("two waiters in line", |_, w: &FamWorld| {
+            w.server.line.len() >= 2
+        }),
+        Property::sometimes("two holders at once", |_, w: &FamWorld| {
+            w.clients
+                .iter()
+                .filter(|c| c.valid(w.now).is_some())
+                .count()
+                >= 2
+        }),
+        Property::sometimes(
+            "a writer in line before a reader while readers hold",
+            |m: &Family, w: &FamWorld| {
+                let s = &w.server;
+                let kind = |t: &Tok| m.config.kinds[usize::from(t.client)];
+                s.holders.iter().any(|h| h.kind == Kind::Read)
+                    && s.line.len() >= 2
+                    && kind(&s.line[0]) == Kind::Write
+                    && kind(&s.line[1]) == Kind::Read
+            },
+        ),
+        Property::sometimes(
+            "a retried acquire on its way for a grant already its own",
+            |_, w: &FamWorld| {
+                w.clients.iter().enumerate().any(|(i, c)| {
+                    matches!(
+                        c.phase,
+                        FamPhase::Acquiring {
+                            flight: Flight::Sent,
+                            ..
+                        }
+                    ) && c.issued.is_some()
+                        && w.server.holders.iter().any(|h| h.token == c.token(i as u8))
+                })
+            },
+        ),
+        Property::sometimes("a lease ran out and another holds", |_, w: &FamWorld| {
+            w.clients.iter().any(|c| c.valid(w.now).is_some())
+                && w.clients
+                    .iter()
+                    .any(|c| matches!(c.phase, FamPhase::Holding { valid, .. } if valid <= w.now))
+        }),
+        Property::sometimes(
+            "a holder told by its renewal that an operator released it",
+            |_, w: &FamWorld| {
+                w.clients.iter().enumerate().any(|(i, c)| {
+                    matches!(
+                        c.phase,
+                        FamPhase::Holding {
+                            renewing: Some((_, Flight::Replied(false))),
+                            ..
+                        }
+                    ) && w.server.forced.contains(&c.token(i as u8))
+                })
+            },
+        ),
+        Property::sometimes(
+            "a waiter waits for a key closed by the gate",
+            |_, w: &FamWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(c.phase, FamPhase::Waiting { .. })
+                        && (c.gate.closed.is_some_and(|t| t > w.now)
+                            || c.gate.young.is_some_and(|t| t > w.now))
+                })
+            },
+        ),
+    ]
+}

@@ -1,0 +1,417 @@
+//! The Redis keys of one semaphore or rw lock, as the family's scripts
+//! change them: holders, the line, the places and the fence.
+
+use crate::scripts::{Exp, GRACE, LEASE, Time, Tok};
+
+/// A holder's or waiter's kind (the letter in the hashes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `s`: a permit of a semaphore.
+    Permit,
+    /// `r`: a read share.
+    Read,
+    /// `w`: the writer.
+    Write,
+}
+
+impl Kind {
+    pub fn letter(self) -> &'static str {
+        match self {
+            Kind::Permit => "s",
+            Kind::Read => "r",
+            Kind::Write => "w",
+        }
+    }
+}
+
+/// One field of the holders hash: `token -> <kind><until>:<fence>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub token: Tok,
+    pub kind: Kind,
+    /// The lease ends at this tick (`until` in server ms).
+    pub until: Time,
+    pub fence: u32,
+}
+
+/// One field of the places hash: `token -> <kind><until>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Place {
+    pub token: Tok,
+    pub kind: Kind,
+    pub until: Time,
+}
+
+/// Every Redis key of one semaphore or rw lock.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FamilyServer {
+    /// `P{K}:lock`, in field order (Redis keeps a small hash in insertion
+    /// order); no key when empty. Holders whose lease ended stay until a
+    /// script drops them (`live_holders`) or the key expires.
+    pub holders: Vec<Holder>,
+    pub holders_exp: Option<Time>,
+    /// `P{K}:fence`: the last token issued above the server clock (a
+    /// token that is the clock is not written; it outlives a lease by an
+    /// hour: [`Exp::Long`]).
+    pub fence: Option<u32>,
+    /// `P{K}:line` (no key when empty).
+    pub line: Vec<Tok>,
+    pub line_exp: Option<Exp>,
+    /// `P{K}:places` (no key when empty).
+    pub places: Vec<Place>,
+    pub places_exp: Option<Exp>,
+    /// `P{K}:forced`: the tokens an operator's release took the lease
+    /// from (a set, sorted here), gone at this tick.
+    pub forced: Vec<Tok>,
+    pub forced_exp: Option<Time>,
+}
+
+/// What family_acquire.lua answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FamAcq {
+    /// The fence (a string).
+    Granted(u32),
+    /// Not now: look again within this many ticks (-1: unknown).
+    Busy(i32),
+}
+
+/// What family_release.lua answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FamRel {
+    /// 0: not ours.
+    NotOurs,
+    /// 1: released (nobody in line may go yet).
+    Released,
+    /// Released; the first in line may go now (told `next:<token>`).
+    Next(Tok),
+}
+
+/// What a script did besides its reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FamEffects {
+    /// A new grant (not "ours already").
+    pub fresh: bool,
+    /// `next:<token>` published.
+    pub announced: Option<Tok>,
+}
+
+/// family.lua's `may_go`: whether a waiter of `kind` at `position`
+/// (1-based; `line.len() + 1` for one not in line) may go now.
+pub fn may_go(
+    kind: Kind,
+    position: usize,
+    holders: &[Holder],
+    line: &[Place],
+    permits: u8,
+) -> bool {
+    match kind {
+        Kind::Permit => holders.len() + position <= usize::from(permits),
+        Kind::Write => holders.is_empty() && position == 1,
+        Kind::Read => {
+            holders.iter().all(|h| h.kind != Kind::Write)
+                && line[..position - 1].iter().all(|p| p.kind != Kind::Write)
+        }
+    }
+}
+
+/// Whether a holder of `kind` could be granted beside `holders` if nobody
+/// waited at all (the compatibility of the primitive, line aside).
+pub fn fits(kind: Kind, holders: &[Holder], permits: u8) -> bool {
+    match kind {
+        Kind::Permit => holders.len() < usize::from(permits),
+        Kind::Write => holders.is_empty(),
+        Kind::Read => holders.iter().all(|h| h.kind != Kind::Write),
+    }
+}
+
+impl FamilyServer {
+    /// Drop what expired by `now` (keys, not fields: a hash's fields stay
+    /// until a script drops them).
+    pub fn expire(&mut self, now: Time) {
+        if self.holders_exp.is_some_and(|t| t <= now) {
+            self.holders.clear();
+            self.holders_exp = None;
+        }
+        if self.line_exp.is_some_and(|e| gone(e, now)) {
+            self.line.clear();
+            self.line_exp = None;
+        }
+        if self.places_exp.is_some_and(|e| gone(e, now)) {
+            self.places.clear();
+            self.places_exp = None;
+        }
+        if self.forced_exp.is_some_and(|t| t <= now) {
+            self.forced.clear();
+            self.forced_exp = None;
+        }
+    }
+
+    /// An emptied hash or list is no key (and has no expiry).
+    fn tidy(&mut self) {
+        if self.holders.is_empty() {
+            self.holders_exp = None;
+        }
+        if self.line.is_empty() {
+            self.line_exp = None;
+        }
+        if self.places.is_empty() {
+            self.places_exp = None;
+        }
+    }
+
+    pub fn place(&self, token: Tok) -> Option<Place> {
+        self.places.iter().copied().find(|p| p.token == token)
+    }
+
+    fn hdel_place(&mut self, token: Tok) -> bool {
+        let before = self.places.len();
+        self.places.retain(|p| p.token != token);
+        self.places.len() != before
+    }
+
+    fn lrem(&mut self, token: Tok) {
+        if let Some(i) = self.line.iter().position(|t| *t == token) {
+            self.line.remove(i);
+        }
+    }
+
+    /// `live_holders`: drop the expired ones (HDEL), keep the rest.
+    fn live_holders(&mut self, now: Time) -> Vec<Holder> {
+        self.holders.retain(|h| h.until > now);
+        self.tidy();
+        self.holders.clone()
+    }
+
+    /// `live_line`: the live waiters in line order, dropping (LREM, HDEL)
+    /// those whose place lapsed or is missing.
+    fn live_line(&mut self, now: Time) -> Vec<Place> {
+        let mut live = Vec::new();
+        for token in self.line.clone() {
+            match self.place(token) {
+                Some(p) if p.until > now => live.push(p),
+                _ => {
+                    self.lrem(token);
+                    self.hdel_place(token);
+                }
+            }
+        }
+        self.tidy();
+        live
+    }
+
+    /// `outlive` for the holders hash: PTTL below `until - now` (or no
+    /// expiry) makes it live until `until`.
+    fn outlive_holders(&mut self, until: Time) {
+        if !self.holders.is_empty() && self.holders_exp.is_none_or(|t| t < until) {
+            self.holders_exp = Some(until);
+        }
+    }
+
+    /// family_acquire.lua. `floor` is the server clock (TIME in µs).
+    pub fn acquire(
+        &mut self,
+        token: Tok,
+        kind: Kind,
+        in_line: bool,
+        now: Time,
+        floor: u32,
+        permits: u8,
+    ) -> (FamAcq, FamEffects) {
+        let mut effects = FamEffects::default();
+        let mut holders = self.live_holders(now);
+        if let Some(h) = self.holders.iter_mut().find(|h| h.token == token) {
+            // Ours already: a retried call. Same grant, lease from now.
+            h.kind = kind;
+            h.until = now + LEASE;
+            let fence = h.fence;
+            self.outlive_holders(now + LEASE);
+            return (FamAcq::Granted(fence), effects);
+        }
+        let mut line = self.live_line(now);
+        let position = line
+            .iter()
+            .position(|p| p.token == token)
+            .map_or(line.len() + 1, |i| i + 1);
+        if may_go(kind, position, &holders, &line, permits) {
+            // `grant_fence`: the clock, raised above the live holders' and
+            // the fence key's tokens; the key written only when raised.
+            // (The free way, no holders key and no line key, is this same
+            // step with nothing to drop, pass over or tell.)
+            let high = holders.iter().map(|h| h.fence).chain(self.fence).max();
+            let fence = match high {
+                Some(high) if high >= floor => high + 1,
+                _ => floor,
+            };
+            if fence != floor {
+                self.fence = Some(fence);
+            }
+            let mine = Holder {
+                token,
+                kind,
+                until: now + LEASE,
+                fence,
+            };
+            self.holders.push(mine);
+            self.outlive_holders(now + LEASE);
+            if position <= line.len() {
+                self.lrem(token);
+                self.hdel_place(token);
+                line.remove(position - 1);
+            }
+            self.tidy();
+            holders.push(mine);
+            if let Some(next) = line.first()
+                && may_go(next.kind, 1, &holders, &line, permits)
+            {
+                effects.announced = Some(next.token);
+            }
+            effects.fresh = true;
+            return (FamAcq::Granted(fence), effects);
+        }
+        // Not now: until the first lease ends or the first place lapses.
+        let mut wake: Option<Time> = holders.iter().map(|h| h.until).min();
+        if let Some(first) = line.first()
+            && first.token != token
+            && wake.is_none_or(|w| first.until < w)
+        {
+            wake = Some(first.until);
+        }
+        let sleep = wake.map_or(-1, |w| i32::from(w) - i32::from(now));
+        if in_line {
+            let keep = sleep.max(0) + i32::from(GRACE);
+            let until = (i32::from(now) + keep) as Time;
+            let place = Place { token, kind, until };
+            if let Some(p) = self.places.iter_mut().find(|p| p.token == token) {
+                *p = place;
+            } else {
+                if self.places.is_empty() {
+                    self.places_exp = Some(Exp::Persist);
+                }
+                self.places.push(place);
+                if self.line.is_empty() {
+                    self.line_exp = Some(Exp::Persist);
+                }
+                self.line.push(token);
+            }
+            let outlive = |exp: &mut Option<Exp>, present: bool| {
+                let pttl = match *exp {
+                    _ if !present => -2,
+                    Some(e) => e.pttl(now),
+                    None => -1,
+                };
+                if present && pttl < keep {
+                    *exp = Some(Exp::At(until));
+                }
+            };
+            outlive(&mut self.line_exp, !self.line.is_empty());
+            outlive(&mut self.places_exp, !self.places.is_empty());
+        }
+        (FamAcq::Busy(sleep), effects)
+    }
+
+    /// family_release.lua with keep 0.
+    pub fn release(&mut self, token: Tok, now: Time, permits: u8) -> (FamRel, FamEffects) {
+        let effects = FamEffects::default();
+        match self.holders.iter().find(|h| h.token == token) {
+            Some(h) if h.until > now => {}
+            _ => return (FamRel::NotOurs, effects),
+        }
+        self.holders.retain(|h| h.token != token);
+        self.tidy();
+        self.wake(now, permits)
+    }
+
+    /// The native release's `HDEL` of `token`'s field (family_release.rs):
+    /// whether it was there, whatever its lease end.
+    pub fn hdel_holder(&mut self, token: Tok) -> bool {
+        let before = self.holders.len();
+        self.holders.retain(|h| h.token != token);
+        self.tidy();
+        self.holders.len() != before
+    }
+
+    /// family_release.lua in its wake mode (keep -1), after a native
+    /// `HDEL`: name the first in line if it may go now.
+    pub fn wake(&mut self, now: Time, permits: u8) -> (FamRel, FamEffects) {
+        let mut effects = FamEffects::default();
+        let holders = self.live_holders(now);
+        let line = self.live_line(now);
+        match line.first() {
+            Some(next) if may_go(next.kind, 1, &holders, &line, permits) => {
+                effects.announced = Some(next.token);
+                (FamRel::Next(next.token), effects)
+            }
+            _ => (FamRel::Released, effects),
+        }
+    }
+
+    /// family_renew.lua for one lease: renewed or not.
+    pub fn renew(&mut self, token: Tok, now: Time) -> bool {
+        self.renew_code(token, now) == 1
+    }
+
+    /// family_renew.lua's code: 1 renewed, 0 not ours, -2 not ours since
+    /// an operator's release (the forced marker names the token).
+    pub fn renew_code(&mut self, token: Tok, now: Time) -> i64 {
+        match self.holders.iter_mut().find(|h| h.token == token) {
+            Some(h) if h.until > now => {
+                h.until = now + LEASE;
+                self.outlive_holders(now + LEASE);
+                1
+            }
+            _ if self.forced.contains(&token) => -2,
+            _ => 0,
+        }
+    }
+
+    /// family_force_release.lua: every holder (live or not) goes, the
+    /// forced marker names them all and lives as long as the holders hash
+    /// would have (at least `MIN_MARKER`, a second: less than a tick), and
+    /// the first in line, whoever it is, is told `next:`. Returns the
+    /// code (1 held, 0 not) and the token told.
+    pub fn force_release(&mut self) -> (i64, FamEffects) {
+        let mut effects = FamEffects::default();
+        if self.holders.is_empty() {
+            return (0, effects);
+        }
+        let exp = self.holders_exp;
+        for h in std::mem::take(&mut self.holders) {
+            if !self.forced.contains(&h.token) {
+                self.forced.push(h.token);
+            }
+        }
+        self.forced.sort();
+        self.forced_exp = exp;
+        self.tidy();
+        effects.announced = self.line.first().copied();
+        (1, effects)
+    }
+
+    /// family_abandon.lua: whether it held one (expired or not).
+    pub fn abandon(&mut self, token: Tok, now: Time, permits: u8) -> (bool, FamEffects) {
+        let mut effects = FamEffects::default();
+        let before = self.holders.len();
+        self.holders.retain(|h| h.token != token);
+        let held = self.holders.len() != before;
+        let placed = self.hdel_place(token);
+        if placed {
+            self.lrem(token);
+        }
+        self.tidy();
+        if !held && !placed {
+            return (false, effects);
+        }
+        let holders = self.live_holders(now);
+        let line = self.live_line(now);
+        if let Some(next) = line.first()
+            && may_go(next.kind, 1, &holders, &line, permits)
+        {
+            effects.announced = Some(next.token);
+        }
+        (held, effects)
+    }
+}
+
+fn gone(e: Exp, now: Time) -> bool {
+    matches!(e, Exp::At(t) if t <= now)
+}
