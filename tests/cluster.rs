@@ -632,26 +632,7 @@ async fn a_master_restarted_empty_is_noticed_per_node() {
     assert!(!guard.is_held());
     assert!(kept.is_held(), "a lease on another master is kept");
 
-    let refused = peer
-        .lock(&held)
-        .ttl(LEASE)
-        .try_acquire()
-        .await
-        .expect_err("a key asked for within its lease before the restart is closed");
-    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
-    let left = refused.retry_after().expect("when it reopens");
-    assert!(
-        left > LEASE - Duration::from_secs(15) && left <= LEASE,
-        "closed for about the lease: {left:?}"
-    );
-    assert!(
-        peer.lock(&never_asked)
-            .try_acquire()
-            .await
-            .expect("never asked")
-            .is_some(),
-        "a key never asked for is granted on the restarted master"
-    );
+    closed_for_about_the_lease(&peer, &held, &never_asked, LEASE, Duration::from_secs(15)).await;
 
     let young_refused = graced
         .lock(&young)
@@ -786,26 +767,7 @@ async fn a_replica_promoted_without_the_data_is_a_failover_of_its_slots_only() {
     );
     assert_eq!(guard.lost_cause(), Some(leasehold::LostCause::FailedOver));
 
-    let refused = peer
-        .lock(&held)
-        .ttl(LEASE)
-        .try_acquire()
-        .await
-        .expect_err("a key asked for within its lease before the failover is closed");
-    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
-    let left = refused.retry_after().expect("when it reopens");
-    assert!(
-        left > LEASE - Duration::from_secs(20) && left <= LEASE,
-        "closed for about the lease: {left:?}"
-    );
-    assert!(
-        peer.lock(&never_asked)
-            .try_acquire()
-            .await
-            .expect("never asked")
-            .is_some(),
-        "a key never asked for is granted on the promoted replica"
-    );
+    closed_for_about_the_lease(&peer, &held, &never_asked, LEASE, Duration::from_secs(20)).await;
     let young_refused = graced
         .lock(&young)
         .try_acquire()
@@ -820,5 +782,37 @@ async fn a_replica_promoted_without_the_data_is_a_failover_of_its_slots_only() {
             .expect("an old master")
             .is_some(),
         "the other masters grant as usual"
+    );
+}
+
+/// After a master changed: `held`, asked for within its lease before the
+/// change, is refused as unavailable until about the lease has passed
+/// (`retry_after` within `slack` of it); `never_asked` is granted.
+async fn closed_for_about_the_lease(
+    peer: &LockClient,
+    held: &str,
+    never_asked: &str,
+    lease: Duration,
+    slack: Duration,
+) {
+    let refused = peer
+        .lock(held)
+        .ttl(lease)
+        .try_acquire()
+        .await
+        .expect_err("a key asked for within its lease before the change is closed");
+    assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
+    let left = refused.retry_after().expect("when it reopens");
+    assert!(
+        left > lease - slack && left <= lease,
+        "closed for about the lease: {left:?}"
+    );
+    assert!(
+        peer.lock(never_asked)
+            .try_acquire()
+            .await
+            .expect("never asked")
+            .is_some(),
+        "a key never asked for is granted on the changed master"
     );
 }

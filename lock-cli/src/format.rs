@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{LockInfo, LockKind};
+use leasehold::{Holder, LockInfo, LockKind};
 
 /// The JSON object of one lock: `key`, `holder`, `ttl_ms`, `fencing_token`,
 /// `waiters`, `kind` (`lock`, `semaphore`, `read`, `write`) and `holders`
@@ -124,15 +124,21 @@ pub fn info_text(info: &LockInfo) -> String {
     if info.kind != LockKind::Lock {
         text.push_str(&format!("kind:           {}\n", kind(info)));
         for h in &info.holders {
-            text.push_str(&format!(
-                "  held by {}  ttl {}  fencing token {}\n",
-                h.holder,
-                ttl(h.ttl),
-                h.fencing_token
-            ));
+            text.push_str(&holder_line(h));
+            text.push('\n');
         }
     }
     text
+}
+
+/// One holder of a semaphore or rw lock, indented under its key.
+fn holder_line(h: &Holder) -> String {
+    format!(
+        "  held by {}  ttl {}  fencing token {}",
+        h.holder,
+        ttl(h.ttl),
+        h.fencing_token
+    )
 }
 
 /// One refresh of `watch`: a line for a lock, writer or election; for a
@@ -149,12 +155,8 @@ pub fn watch_line(info: &LockInfo) -> String {
                 info.waiters
             );
             for h in &info.holders {
-                text.push_str(&format!(
-                    "\n  held by {}  ttl {}  fencing token {}",
-                    h.holder,
-                    ttl(h.ttl),
-                    h.fencing_token
-                ));
+                text.push('\n');
+                text.push_str(&holder_line(h));
             }
             text
         }

@@ -8,23 +8,13 @@ use std::time::Duration;
 use leasehold::LockClient;
 use tokio::time::Instant;
 
-use crate::support::RedisServer;
+use crate::support::{RedisServer, worker_command};
 
 const WORKERS: usize = 3;
 const TERMS_EACH: u64 = 15;
 
 fn worker(test: &str, url: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--exact",
-            test,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LEASEHOLD_ELECTION_URL", url);
-    command
+    worker_command(test, [("LEASEHOLD_ELECTION_URL", url)])
 }
 
 fn number(server: &RedisServer, key: &str) -> u64 {

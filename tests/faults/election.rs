@@ -51,7 +51,7 @@ use crate::scenarios::{Plan, SERIAL, Servers, Topology, sleep, start_servers};
 use crate::support::{
     FaultProxy, MASTER_NAME, ProxyMode, RedisServer, freeze_process, thaw_process,
 };
-use crate::workload::LockTarget;
+use crate::workload::{LockTarget, watch_stop_key};
 
 /// The environment variable that makes this binary a candidate.
 const CANDIDATE_ENV: &str = "LEASEHOLD_FAULTS_CANDIDATE";
@@ -370,21 +370,13 @@ async fn election_candidate() {
         log: std::sync::Mutex::new(log),
     });
     let watcher = {
-        let candidate = candidate.clone();
-        tokio::spawn(async move {
-            let mut data = candidate.data.clone();
-            while !candidate.stopping() {
-                let stop: Option<String> = redis::cmd("GET")
-                    .arg(&candidate.keys.stop)
-                    .query_async(&mut data)
-                    .await
-                    .unwrap_or(None);
-                if stop.is_some() {
-                    candidate.stop.store(true, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+        let (stopping, stop) = (candidate.clone(), candidate.clone());
+        watch_stop_key(
+            candidate.data.clone(),
+            candidate.keys.stop.clone(),
+            move || stopping.stopping(),
+            move || stop.stop.store(true, Ordering::SeqCst),
+        )
     };
     candidate.clone().run().await;
     watcher.abort();

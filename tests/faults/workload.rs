@@ -809,21 +809,13 @@ async fn run_worker(cfg: WorkerConfig) {
     });
     // Watch for the parent's stop key.
     let watcher = {
-        let worker = worker.clone();
-        tokio::spawn(async move {
-            let mut data = worker.data.clone();
-            while !worker.stopping() {
-                let stop: Option<String> = redis::cmd("GET")
-                    .arg(&worker.keys.stop)
-                    .query_async(&mut data)
-                    .await
-                    .unwrap_or(None);
-                if stop.is_some() {
-                    worker.stop.store(true, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
+        let (stopping, stop) = (worker.clone(), worker.clone());
+        watch_stop_key(
+            worker.data.clone(),
+            worker.keys.stop.clone(),
+            move || stopping.stopping(),
+            move || stop.stop.store(true, Ordering::SeqCst),
+        )
     };
     let tasks: Vec<_> = (0..worker.cfg.tasks)
         .map(|t| tokio::spawn(worker.clone().task(t)))
@@ -859,4 +851,28 @@ async fn faults_worker() {
     };
     let cfg: WorkerConfig = serde_json::from_str(&cfg).expect("worker config");
     run_worker(cfg).await;
+}
+
+/// A worker process's watch for its parent's stop key: every 50 ms until
+/// `stopping()`, reads `key` on the data server and calls `stop()` once it
+/// is there.
+pub(crate) fn watch_stop_key(
+    mut data: redis::aio::MultiplexedConnection,
+    key: String,
+    stopping: impl Fn() -> bool + Send + 'static,
+    stop: impl Fn() + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stopping() {
+            let found: Option<String> = redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut data)
+                .await
+                .unwrap_or(None);
+            if found.is_some() {
+                stop();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
 }

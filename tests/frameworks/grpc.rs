@@ -16,14 +16,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut};
-use leasehold::LockClient;
 use leasehold::tower::{Fence, LockLayer};
 use tokio::sync::mpsc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Code, Status};
 use tower::{Layer, Service};
 
-use crate::support::{RedisServer, free_port};
+use crate::layer::{client, unreachable_client};
+use crate::support::RedisServer;
 
 /// Every call is answered within this.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -157,15 +157,6 @@ where
     .unwrap_or_else(|_| Err(Status::deadline_exceeded("the call hung")))
 }
 
-async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(2))
-        .connect(&server.url())
-        .await
-        .expect("connect")
-}
-
 /// A call holds its method's lock while the method runs and finds the
 /// fencing token of that lock; a second call while it is held is
 /// `ABORTED` (busy) and never reaches the method.
@@ -230,12 +221,7 @@ async fn a_tonic_call_holds_its_lock_and_a_busy_one_is_aborted() {
 /// retry), and the method never runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_unavailable_to_a_tonic_client() {
-    let unreachable = LockClient::builder()
-        .lazy(true)
-        .connect_timeout(Duration::from_millis(300))
-        .connect(&format!("redis://127.0.0.1:{}", free_port()))
-        .await
-        .expect("a lazy client starts without its server");
+    let unreachable = unreachable_client().await;
     let calls = Arc::new(AtomicUsize::new(0));
     let service = LockLayer::new(unreachable, method_key).layer(orders(calls.clone()));
     let refused = pay(service).await.expect_err("no lock without a server");

@@ -23,7 +23,7 @@ use crate::support::{RedisServer, free_port};
 /// Nothing here may hang: every request is answered within this.
 const LIMIT: Duration = Duration::from_secs(30);
 
-async fn client(server: &RedisServer) -> LockClient {
+pub(crate) async fn client(server: &RedisServer) -> LockClient {
     LockClient::builder()
         .connect_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(2))
@@ -33,7 +33,7 @@ async fn client(server: &RedisServer) -> LockClient {
 }
 
 /// A client whose server never answers: nothing listens on its port.
-async fn unreachable_client() -> LockClient {
+pub(crate) async fn unreachable_client() -> LockClient {
     LockClient::builder()
         .lazy(true)
         .connect(&format!("redis://127.0.0.1:{}", free_port()))

@@ -44,4 +44,4 @@ pub use server::{RedisServer, cli_bin, free_port, primary_with_replica, server_b
 #[allow(unused_imports)]
 pub use server::{freeze_process, thaw_process};
 #[allow(unused_imports)]
-pub use workers::{all_succeed, worker};
+pub use workers::{all_succeed, worker, worker_command};

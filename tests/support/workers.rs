@@ -13,8 +13,21 @@ where
     K: AsRef<OsStr>,
     V: AsRef<OsStr>,
 {
+    worker_command(test, envs)
+        .spawn()
+        .expect("spawn a worker process")
+}
+
+/// The command of [`worker`], not yet started (to pipe its output).
+pub fn worker_command<I, K, V>(test: &str, envs: I) -> Command
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
     let exe = std::env::current_exe().expect("the test binary");
-    Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args([
             "--exact",
             test,
@@ -22,9 +35,8 @@ where
             "--nocapture",
             "--test-threads=1",
         ])
-        .envs(envs)
-        .spawn()
-        .expect("spawn a worker process")
+        .envs(envs);
+    command
 }
 
 /// Waits for every worker, and asserts that each one succeeded.
