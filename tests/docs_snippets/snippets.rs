@@ -85,7 +85,8 @@ use axum::{Router, body::Body, http::Request, routing::post};
 use leasehold::{distributed_lock, tower::LockLayer};
 
 // tower / axum / tonic (feature `tower`): one request per order at a time;
-// 409 when busy, 503 (with Retry-After) when Redis cannot serve it now.
+// 409 when busy, 503 (with Retry-After) when Redis cannot serve it now
+// (a gRPC call gets ABORTED / UNAVAILABLE instead).
 async fn pay() -> &'static str { "paid" }
 let client = LockClient::connect("redis://127.0.0.1:6379").await?;
 let app: Router = Router::new().route("/orders/{id}/pay", post(pay)).layer(
