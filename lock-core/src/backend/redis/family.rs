@@ -28,13 +28,14 @@ impl<T: Topology> RedisBackend<T> {
         con: &mut T::Conn,
         attempt: Attempt<'_>,
     ) -> Result<Acquired, ScriptError> {
+        let sent_us = attempt.sent_us;
         let (keys, token, ttl, in_line) = attempt.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
-        scripts::family_acquire(con, keys, token, ttl, in_line, publish, one_server).await
+        scripts::family_acquire(con, keys, token, ttl, in_line, sent_us, publish, one_server).await
     }
 
-    /// Give back a permit or a rw-lock side; this client's own waiters hear
-    /// it at once.
+    /// Give back a permit or a rw-lock side, handing it on to those in line
+    /// that may go now; this client's own waiters hear it at once.
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let granted_at = release.granted_at;
         let (keys, token, keep, deadline) = release.parts();
@@ -62,10 +63,10 @@ impl<T: Topology> RedisBackend<T> {
         };
         if released.owned == Owned::Yes {
             self.gate.survived(keys.key());
-            if let Some(next) = &released.next {
+            for told in &released.told {
                 self.listener
                     .wakeups
-                    .announce(keys.channel(), Announcement::Next(next));
+                    .announce(keys.channel(), Announcement::parse(told));
             }
         }
         Ok(released.owned)
