@@ -41,8 +41,12 @@ impl<T: Topology> RedisBackend<T> {
         let (keys, token, keep, deadline) = release.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
         // Without a script where it may (see `scripts::family_release`):
-        // the lease is still valid here.
-        let native = self.gate.offered().fast_path() && Instant::now() < deadline;
+        // the lease is still valid here, and no waiter of this client
+        // waits for it (one that does would make the native step a round
+        // trip more: the script's wake mode after it).
+        let native = self.gate.offered().fast_path()
+            && Instant::now() < deadline
+            && !self.listener.wakeups.has_waiters(keys.channel());
         let send = |mut con: T::Conn| async move {
             scripts::family_release(&mut con, keys, token, keep, publish, one_server, native).await
         };
