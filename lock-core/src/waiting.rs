@@ -11,7 +11,9 @@
 //!
 //! - its turn: a release hands the lock straight to the first in line
 //!   (`grant:…`, when its place carries its lease length: see
-//!   `release.lua`), and that waiter has it without another round trip,
+//!   `release.lua`; a semaphore's or rw lock's release hands it to every
+//!   waiter it admits, `family_release.lua`), and that waiter has it
+//!   without another round trip,
 //!   valid from its last attempt's sending plus the server time from that
 //!   attempt to the grant; or a release names the first in line
 //!   (`next:<token>`), and only that waiter is woken to try, in whichever

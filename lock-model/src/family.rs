@@ -130,6 +130,10 @@ pub struct FamClient {
     pub issued: Option<u32>,
     /// Ghost: an operator's release took the current token's grant.
     pub forced: bool,
+    /// A `grant:` handing it a permit or side arrived, not taken yet: the
+    /// fence, and the tick its lease counts from (the attempt's sending
+    /// plus the server ticks from that attempt to the grant).
+    pub grant: Option<(u32, Time)>,
 }
 
 impl FamClient {
@@ -249,6 +253,9 @@ impl Family {
         let lock_there = !w.server.holders.is_empty();
         let cl = &mut w.clients[ci];
         cl.notified = false;
+        // A grant not taken before an attempt is dropped (the attempt
+        // finds the permit its own).
+        cl.grant = None;
         let g = &mut cl.gate;
         if self.config.restarts {
             g.ask = Some(now);
@@ -281,12 +288,28 @@ impl Family {
         };
     }
 
-    fn run_acquire(&self, w: &mut FamWorld, token: Tok, in_line: bool) -> FamAcq {
+    /// An attempt of `token` runs; `named`, in line, the tick it was sent
+    /// (its name: a release may then hand it its grant). A stray attempt
+    /// (its acquisition given up) is sent without a name, as a client that
+    /// names no attempt sends it: its place is only woken (`next:`).
+    fn run_acquire(
+        &self,
+        w: &mut FamWorld,
+        token: Tok,
+        in_line: bool,
+        named: Option<Time>,
+    ) -> FamAcq {
         let before = w.server.clone();
         let kind = self.kind(token.client);
-        let (reply, effects) =
-            w.server
-                .acquire(token, kind, in_line, w.now, w.clock, self.config.permits);
+        let (reply, effects) = w.server.acquire(
+            token,
+            kind,
+            in_line,
+            named,
+            w.now,
+            w.clock,
+            self.config.permits,
+        );
         if effects.fresh {
             // TIME read for the fence: one grant, one instant.
             w.clock += 1;
@@ -335,6 +358,32 @@ impl Family {
             };
             mine.is_none_or(|m| theirs < m) && !fits(place.kind, &holders, self.config.permits)
         })
+    }
+
+    /// A release ran: its grants (the ghosts' checks of each new fence,
+    /// `grant:` to each client, which may miss it: `Wake`), and `next:`.
+    fn released(&self, w: &mut FamWorld, before: &FamilyServer, effects: FamEffects) {
+        if !effects.granted.is_empty() {
+            // One TIME read for all of them.
+            w.clock += 1;
+        }
+        for &(token, fence, since, sent) in &effects.granted {
+            if fence <= w.max_issued {
+                w.fence_bad = true;
+            }
+            w.max_issued = w.max_issued.max(fence);
+            if self.overtakes(w, before, token) {
+                w.overtaken = true;
+            }
+            let owner = &mut w.clients[usize::from(token.client)];
+            if owner.token(token.client) == token && owner.alive() {
+                owner.issued = Some(fence);
+                owner.forced = false;
+                owner.grant = Some((fence, sent + since));
+                owner.notified = true;
+            }
+        }
+        self.announce(w, effects);
     }
 
     fn announce(&self, w: &mut FamWorld, effects: FamEffects) {

@@ -10,6 +10,7 @@ mod support;
 #[allow(dead_code)]
 mod fixture;
 
+mod handoff;
 mod processes;
 mod redis_only;
 mod semantics;

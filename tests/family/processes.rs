@@ -67,12 +67,21 @@ async fn worker_process() {
     for task in 0..2 {
         let client = client.clone();
         let mut conn = conn.clone();
+        // A lease of at most a place's life is taken as handed by a
+        // release; a longer one is handed for that life, and extended by
+        // its holder's next attempt: one task of each.
+        let ttl = if task == 0 {
+            Duration::from_secs(10)
+        } else {
+            Duration::from_secs(2)
+        };
         tasks.push(tokio::spawn(async move {
             for round in 0..ROUNDS {
                 // A permit: count holders in Redis.
                 let permit = client
                     .semaphore("proc-sem", PERMITS)
-                    .ttl(Duration::from_secs(10))
+                    .ttl(ttl)
+                    .renew(true)
                     .wait(Duration::from_secs(60))
                     .acquire()
                     .await
@@ -102,7 +111,8 @@ async fn worker_process() {
                 let rw = client.rw_lock("proc-doc");
                 let side = if writer { rw.write() } else { rw.read() };
                 let guard = side
-                    .ttl(Duration::from_secs(10))
+                    .ttl(ttl)
+                    .renew(true)
                     .wait(Duration::from_secs(60))
                     .acquire()
                     .await

@@ -900,7 +900,8 @@ mod family {
         FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE,
     };
     use leasehold_model::family::{
-        FamAcq, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Giving, Kind,
+        FamAcq, FamEffects, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Giving,
+        Kind,
     };
     use leasehold_model::scripts::{Exp, GRACE, LEASE, Tok};
     use leasehold_model::{Action, Expectation, Model, discover_family};
@@ -908,11 +909,14 @@ mod family {
 
     use super::{
         CHANNEL, FENCE, FENCE_MEMORY_MS, LINE, LOCK, PLACES, Rng, SLACK_MS, TICK_MS, cmd, int,
-        kind, server_ms, text, tok_of, token,
+        kind, parse_grant, server_ms, text, tok_of, token,
     };
     use crate::support::RedisServer;
 
     const FORCED: &str = "leasehold:{model}:forced";
+    /// The place life sent in line (`ARGV[9]`): longer than any place the
+    /// model keeps, so that only the model's own rules shape the places.
+    const PLACE_LIFE_MS: i64 = 1_000 * TICK_MS;
     const KEYS: [&str; 5] = [LOCK, FENCE, LINE, PLACES, FORCED];
 
     fn config(kinds: Vec<Kind>) -> FamilyConfig {
@@ -1100,10 +1104,37 @@ mod family {
                 let pttl = self.pttl(LINE);
                 self.expiry(&format!("{step}: line"), pttl, s.line_exp, now);
             }
-            let places: BTreeMap<String, String> = redis::cmd("HGETALL")
-                .arg(PLACES)
-                .query(self.con)
-                .expect("HGETALL places");
+            let (records, places): (BTreeMap<String, String>, BTreeMap<String, String>) =
+                redis::cmd("HGETALL")
+                    .arg(PLACES)
+                    .query::<BTreeMap<String, String>>(self.con)
+                    .expect("HGETALL places")
+                    .into_iter()
+                    .partition(|(t, _)| t.starts_with('~'));
+            // The `~` fields: what a release needs to hand the waiter its grant.
+            let want: BTreeMap<String, _> = s
+                .records
+                .iter()
+                .map(|&(t, seen, sent)| (format!("~{}", token(t)), (seen, sent)))
+                .collect();
+            assert_eq!(
+                records.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "{step}: grant records"
+            );
+            for (t, value) in &records {
+                let (seen, sent) = want[t];
+                let parts: Vec<i64> = value.split(':').map(|p| p.parse().unwrap()).collect();
+                let ttl = i64::from(LEASE) * TICK_MS;
+                assert_eq!(
+                    parts[..2],
+                    [ttl, ttl + FENCE_MEMORY_MS],
+                    "{step}: grant record of {t}"
+                );
+                assert_eq!(parts[3], i64::from(sent), "{step}: attempt named by {t}");
+                let what = format!("{step}: last attempt of {t}");
+                self.ends(&what, parts[2], clock, seen, now);
+            }
             let want: BTreeMap<String, _> = s.places.iter().map(|p| (token(p.token), *p)).collect();
             assert_eq!(
                 places.keys().collect::<Vec<_>>(),
@@ -1168,6 +1199,15 @@ mod family {
                 .query(self.con)
                 .expect("HGETALL places");
             for (t, value) in places {
+                if t.starts_with('~') {
+                    // A grant record: its last attempt a tick earlier.
+                    let mut parts: Vec<i64> =
+                        value.split(':').map(|p| p.parse().unwrap()).collect();
+                    parts[2] -= TICK_MS;
+                    let moved: Vec<String> = parts.iter().map(i64::to_string).collect();
+                    cmd(self.con, &["HSET", PLACES, &t, &moved.join(":")]);
+                    continue;
+                }
                 let (k, until) = value.split_at(1);
                 let until: i64 = until.parse().unwrap();
                 cmd(
@@ -1189,7 +1229,9 @@ mod family {
             self.calls.is_multiple_of(2)
         }
 
-        fn acquire(&mut self, t: Tok, in_line: bool) -> Value {
+        /// family_acquire.lua for `t`; `named`: the tick it was sent (its
+        /// name, in line).
+        fn acquire(&mut self, t: Tok, in_line: bool, named: Option<u8>) -> Value {
             let ttl = i64::from(LEASE) * TICK_MS;
             let compact = self.compact();
             let script = Script::new(FAMILY_ACQUIRE_SOURCE);
@@ -1209,6 +1251,11 @@ mod family {
                 .arg(self.model.config.permits);
             if !compact {
                 call.arg(CHANNEL).arg("PUBLISH");
+            } else if named.is_some() {
+                call.arg("").arg("");
+            }
+            if let Some(sent) = named {
+                call.arg(PLACE_LIFE_MS).arg(sent);
             }
             call.invoke(self.con).expect("family_acquire.lua")
         }
@@ -1264,6 +1311,43 @@ mod family {
             }
         }
 
+        /// A release's messages against the model's: each grant (its
+        /// waiter, fence, the attempt named and the server time since it
+        /// ran), in line order, then `next:` for one only woken.
+        fn check_told(&mut self, told: &[Value], effects: &FamEffects, step: &str) {
+            let messages: Vec<String> = told.iter().map(|m| text(m).expect("a message")).collect();
+            let woken = usize::from(effects.announced.is_some());
+            assert_eq!(
+                messages.len(),
+                effects.granted.len() + woken,
+                "{step}: told {messages:?}, the model {effects:?}"
+            );
+            for (message, &(to, fence, ticks, sent)) in messages.iter().zip(&effects.granted) {
+                let (real, since, attempt, named) = parse_grant(message);
+                assert_eq!(named, to, "{step}: handed to");
+                assert_eq!(attempt, i64::from(sent), "{step}: the attempt named");
+                let want = i64::from(ticks) * TICK_MS;
+                assert!(
+                    (since - want).abs() <= SLACK_MS,
+                    "{step}: granted {since} ms after the waiter's attempt, the model says {want}"
+                );
+                self.told.insert(to.client, (fence, real));
+                if self.top.is_none_or(|(m, _)| fence > m) {
+                    self.top = Some((fence, real));
+                }
+                *self.seen.entry("release: handed on").or_default() += 1;
+            }
+            if effects.granted.len() >= 2 {
+                *self.seen.entry("release: handed on to two").or_default() += 1;
+            }
+            if let Some(next) = effects.announced {
+                let last = messages.last().expect("a message");
+                let named = tok_of(last.strip_prefix("next:").expect("next:<token>"));
+                assert_eq!(named, next, "{step}: next");
+                *self.seen.entry("release: next").or_default() += 1;
+            }
+        }
+
         fn step(&mut self, before: &FamWorld, action: Action, after: &FamWorld, step: &str) {
             let now = before.now;
             let permits = self.model.config.permits;
@@ -1274,10 +1358,18 @@ mod family {
                     let t = cl.token(c);
                     let mut server: FamilyServer = before.server.clone();
                     match cl.phase {
-                        FamPhase::Acquiring { in_line, .. } if action == Action::Apply(c) => {
-                            let real = self.acquire(t, in_line);
-                            let (model, _) =
-                                server.acquire(t, kind_at(t), in_line, now, before.clock, permits);
+                        FamPhase::Acquiring { in_line, sent, .. } if action == Action::Apply(c) => {
+                            let named = in_line.then_some(sent);
+                            let real = self.acquire(t, in_line, named);
+                            let (model, _) = server.acquire(
+                                t,
+                                kind_at(t),
+                                in_line,
+                                named,
+                                now,
+                                before.clock,
+                                permits,
+                            );
                             self.check_acquire(&real, model, Some(c), step);
                         }
                         FamPhase::Holding { .. } => {
@@ -1331,11 +1423,11 @@ mod family {
                                 call.arg(CHANNEL).arg("PUBLISH");
                             }
                             let real: Value = call.invoke(self.con).expect("family_release.lua");
-                            let (model, _) = if wake {
+                            let (model, effects) = if wake {
                                 *self.seen.entry("release: woken").or_default() += 1;
-                                server.wake(now, permits)
+                                server.wake(now, before.clock, permits)
                             } else {
-                                server.release(t, now, permits)
+                                server.release(t, now, before.clock, permits)
                             };
                             match (&real, model) {
                                 (Value::Int(0), FamRel::NotOurs) => {
@@ -1344,10 +1436,8 @@ mod family {
                                 (Value::Int(1), FamRel::Released) => {
                                     *self.seen.entry("release: released").or_default() += 1;
                                 }
-                                (Value::BulkString(b), FamRel::Next(n)) => {
-                                    let next = tok_of(std::str::from_utf8(b).unwrap());
-                                    assert_eq!(next, n, "{step}: next");
-                                    *self.seen.entry("release: next").or_default() += 1;
+                                (Value::Array(told), FamRel::Told) => {
+                                    self.check_told(told, &effects, step);
                                 }
                                 (real, model) => {
                                     panic!("{step}: release answered {real:?}, the model {model:?}")
@@ -1366,13 +1456,15 @@ mod family {
                 }
                 Action::ApplyStray(c) => {
                     let (t, in_line) = before.clients[usize::from(c)].stray.expect("a stray");
-                    let real = self.acquire(t, in_line);
+                    // Sent without a name (as by a client that names no
+                    // attempt): its place is only woken (`next:`).
+                    let real = self.acquire(t, in_line, None);
                     let mut server = before.server.clone();
                     let (model, _) =
-                        server.acquire(t, kind_at(t), in_line, now, before.clock, permits);
+                        server.acquire(t, kind_at(t), in_line, None, now, before.clock, permits);
                     self.check_acquire(&real, model, None, step);
                 }
-                Action::Start(..) | Action::Wake(_) | Action::Retry(_) => {
+                Action::Start(..) | Action::Wake(_) | Action::Retry(_) | Action::TakeGrant(_) => {
                     let model = !before.server.holders.is_empty();
                     let real = int(&cmd(self.con, &["EXISTS", LOCK])) > 0;
                     assert_eq!(real, model, "{step}: survival evidence (EXISTS)");
@@ -1423,7 +1515,8 @@ mod family {
                     flight: leasehold_model::protocol::Flight::Replied(FamAcq::Granted(fence)),
                     ..
                 } => Some(fence),
-                _ => None,
+                // Handed a grant it has not taken yet.
+                _ => after.clients[c].grant.map(|(fence, _)| fence),
             };
             let mut told = BTreeMap::new();
             for (&c, &(_, real)) in &self.told {
@@ -1490,6 +1583,7 @@ mod family {
                     || property
                         .name
                         .starts_with("a writer in line before a reader")
+                    || property.name.starts_with("a release handed it on to two")
                 {
                     continue;
                 }
@@ -1498,6 +1592,23 @@ mod family {
                 }
             }
         }
+        // A writer's release handing the lock to two readers at once: two
+        // readers and a writer, no faults, no time.
+        let readers = Family {
+            config: FamilyConfig {
+                acquisitions: 1,
+                horizon: 0,
+                faults: 0,
+                client_faults: false,
+                restarts: false,
+                force_releases: false,
+                one_try: false,
+                ..config(vec![Kind::Read, Kind::Read, Kind::Write])
+            },
+        };
+        let two = "a release handed it on to two waiters at once";
+        let path = discover_family(readers.config.clone(), two).expect("a path to two grants");
+        paths.push((format!("rw lock: {two}"), &readers, path));
         let reached = paths.len();
         for (what, model, path) in &paths {
             cmd(&mut con, &["FLUSHDB"]);
@@ -1573,6 +1684,9 @@ mod family {
             "acquire: granted",
             "acquire: busy",
             "release: next",
+            "release: handed on",
+            "release: handed on to two",
+            "TakeGrant",
             "release: released",
             "release: not ours",
             "release: native",

@@ -444,14 +444,16 @@ fn family_restart() {
 /// Later arrivals on the semaphore: each client acquires twice, so a
 /// holder that comes back meets the waiters already in line (a newcomer
 /// goes only with a permit for everyone before it, and a waiter second in
-/// line only with a permit for the first too). With 3 clients and 2
-/// permits, one acquisition each never makes a line of two. No time
+/// line only with a permit for the first too). One permit: with 3 clients
+/// and 2 permits a release hands its permit to the waiter at once, so a
+/// holder that comes back never finds a second waiter in line. No time
 /// passes in CI (nobody's lease runs out); a tick in the long run.
 #[test]
 fn family_semaphore_newcomers() {
     family(
         "semaphore, two acquisitions each",
         FamilyConfig {
+            permits: 1,
             acquisitions: 2,
             horizon: if long() { 1 } else { 0 },
             ..family_base("sss")

@@ -14,8 +14,8 @@
 //! | `P{K}:lock` | hash, with expiry | the holders: owner token → `<kind><until>:<fence>`, where kind is `s` (semaphore permit), `r` (read share) or `w` (the writer), `until` the end of that holder's lease in server ms and `fence` its fencing token; the key's own expiry is the latest lease |
 //! | `P{K}:fence` | integer, with expiry | the last fencing token issued above the server clock: each grant issues the server clock in µs, raised to one above this key and above every live holder's token; only a raised token is written (the next grant's clock exceeds one that was not) |
 //! | `P{K}:line` | list, with expiry | the line of waiters' owner tokens, first come first served |
-//! | `P{K}:places` | hash, with expiry | each waiter's token → `<kind><until>`: its kind and until when (server ms) its place is kept |
-//! | `P{K}:released` | pub/sub channel | `next:<token>` when the waiter named may go now |
+//! | `P{K}:places` | hash, with expiry | each waiter's token → `<kind><until>`: its kind and until when (server ms) its place is kept; beside it, `~<token>` → `<lease ms>:<fence life ms>:<server ms>:<attempt>`: the lease a release may hand it (at most a place's life), and its last attempt (when the server ran it, and its name) |
+//! | `P{K}:released` | pub/sub channel | `grant:<fence>:<ms>:<attempt>:<token>` when a release handed the waiter named its permit or side (as a lock's release does); `next:<token>` when the waiter named may go now and looks itself |
 //!
 //! The hash type of `P{K}:lock` is what makes a plain lock of the same key
 //! a `WRONGTYPE` (a lock's key is a string), and the kind letters keep a
@@ -37,15 +37,21 @@
 //! of a lease still valid on its holder's clock, on one server, is no
 //! script: `HDEL` of the holder's own field (named by its owner token)
 //! pipelined with `EXISTS` of the line; only a line that exists makes the
-//! release script run, in its wake mode, to name the first in line
+//! release script run, in its wake mode, to hand it on
 //! (`scripts/family_release.rs`). Otherwise the release script checks the
 //! lease end itself, and stops after `HDEL` and `EXISTS` when neither key
 //! is left: nothing to drop, nobody to pass over or to tell.
 //!
-//! A release names the first in line when it may go; each grant names the
-//! next one if it may go too (the next reader after a writer, the next
-//! permit), so a chain of waiters is woken one message each, without
-//! polling.
+//! A release hands what it gives back straight to every waiter that may go
+//! then, first in line first (the free permits; after a writer, every
+//! reader up to the next writer): each becomes a holder in the release's
+//! own script, with a fresh fencing token and a lease of at most a place's
+//! life (its client extends a longer one at its next attempt, so that a
+//! grant handed to a waiter that died lapses as soon as its place would
+//! have), and is told `grant:` with one message each; its client holds it
+//! without another round trip. A waiter whose place carries no `~` field
+//! is told `next:` instead and looks itself; a grant made by an attempt
+//! names the next in line if it may go too.
 //!
 //! The keys of `lock_all` are plain locks (see `scripts/lock_all.lua`); on
 //! Cluster, where they span slots, `redis/family.rs` takes them one by one.

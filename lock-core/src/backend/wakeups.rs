@@ -142,7 +142,6 @@ impl Wakeups {
     }
 
     /// Whether some waiter of this client is waiting on `channel`.
-    #[cfg(test)]
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
         self.channels().contains_key(channel)
     }

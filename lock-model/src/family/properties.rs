@@ -57,6 +57,10 @@ pub(super) fn properties() -> Vec<Property<Family>> {
         Property::sometimes("a waiter in line while it is held", |_, w: &FamWorld| {
             !w.server.line.is_empty() && !w.server.holders.is_empty()
         }),
+        Property::sometimes(
+            "a release handed it on to two waiters at once",
+            |_, w: &FamWorld| w.clients.iter().filter(|c| c.grant.is_some()).count() >= 2,
+        ),
         Property::sometimes("two waiters in line", |_, w: &FamWorld| {
             w.server.line.len() >= 2
         }),

@@ -60,6 +60,11 @@ pub struct FamilyServer {
     /// `P{K}:places` (no key when empty).
     pub places: Vec<Place>,
     pub places_exp: Option<Exp>,
+    /// The places' `~` fields beside them: what a release needs to hand
+    /// the waiter its grant (a lease of [`LEASE`]), as (token, the tick its
+    /// last attempt ran, the tick that attempt was sent: its name). Only
+    /// beside a place, and gone with it.
+    pub records: Vec<(Tok, Time, Time)>,
     /// `P{K}:forced`: the tokens an operator's release took the lease
     /// from (a set, sorted here), gone at this tick.
     pub forced: Vec<Tok>,
@@ -82,17 +87,23 @@ pub enum FamRel {
     NotOurs,
     /// 1: released (nobody in line may go yet).
     Released,
-    /// Released; the first in line may go now (told `next:<token>`).
-    Next(Tok),
+    /// Released; those in line that may go now were told (the messages,
+    /// in line order: [`FamEffects::granted`], then `next:` for
+    /// [`FamEffects::announced`]).
+    Told,
 }
 
 /// What a script did besides its reply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FamEffects {
     /// A new grant (not "ours already").
     pub fresh: bool,
     /// `next:<token>` published.
     pub announced: Option<Tok>,
+    /// release: handed to these waiters, in line order, each
+    /// `grant:<fence>:<since>:<sent>:<token>`: (token, fence, ticks since
+    /// its last attempt ran, the tick that attempt was sent).
+    pub granted: Vec<(Tok, u32, Time, Time)>,
 }
 
 /// family.lua's `may_go`: whether a waiter of `kind` at `position`
@@ -138,6 +149,7 @@ impl FamilyServer {
         }
         if self.places_exp.is_some_and(|e| gone(e, now)) {
             self.places.clear();
+            self.records.clear();
             self.places_exp = None;
         }
         if self.forced_exp.is_some_and(|t| t <= now) {
@@ -163,10 +175,20 @@ impl FamilyServer {
         self.places.iter().copied().find(|p| p.token == token)
     }
 
+    /// `HDEL places token ~token`: whether the place was there.
     fn hdel_place(&mut self, token: Tok) -> bool {
         let before = self.places.len();
         self.places.retain(|p| p.token != token);
+        self.records.retain(|r| r.0 != token);
         self.places.len() != before
+    }
+
+    /// The `~` field beside `token`'s place: (last attempt ran, its name).
+    pub fn record(&self, token: Tok) -> Option<(Time, Time)> {
+        self.records
+            .iter()
+            .find(|r| r.0 == token)
+            .map(|&(_, seen, sent)| (seen, sent))
     }
 
     fn lrem(&mut self, token: Tok) {
@@ -207,12 +229,16 @@ impl FamilyServer {
         }
     }
 
-    /// family_acquire.lua. `floor` is the server clock (TIME in µs).
+    /// family_acquire.lua. `floor` is the server clock (TIME in µs);
+    /// `sent`, in line, the attempt's name (`ARGV[10]`: the tick it was
+    /// sent), written beside a busy reply's place.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
         token: Tok,
         kind: Kind,
         in_line: bool,
+        sent: Option<Time>,
         now: Time,
         floor: u32,
         permits: u8,
@@ -293,6 +319,10 @@ impl FamilyServer {
                 }
                 self.line.push(token);
             }
+            if let Some(sent) = sent {
+                self.records.retain(|r| r.0 != token);
+                self.records.push((token, now, sent));
+            }
             let outlive = |exp: &mut Option<Exp>, present: bool| {
                 let pttl = match *exp {
                     _ if !present => -2,
@@ -309,8 +339,14 @@ impl FamilyServer {
         (FamAcq::Busy(sleep), effects)
     }
 
-    /// family_release.lua with keep 0.
-    pub fn release(&mut self, token: Tok, now: Time, permits: u8) -> (FamRel, FamEffects) {
+    /// family_release.lua with keep 0; `floor` is the server clock.
+    pub fn release(
+        &mut self,
+        token: Tok,
+        now: Time,
+        floor: u32,
+        permits: u8,
+    ) -> (FamRel, FamEffects) {
         let effects = FamEffects::default();
         match self.holders.iter().find(|h| h.token == token) {
             Some(h) if h.until > now => {}
@@ -318,7 +354,7 @@ impl FamilyServer {
         }
         self.holders.retain(|h| h.token != token);
         self.tidy();
-        self.wake(now, permits)
+        self.wake(now, floor, permits)
     }
 
     /// The native release's `HDEL` of `token`'s field (family_release.rs):
@@ -330,18 +366,54 @@ impl FamilyServer {
         self.holders.len() != before
     }
 
-    /// family_release.lua in its wake mode (keep -1), after a native
-    /// `HDEL`: name the first in line if it may go now.
-    pub fn wake(&mut self, now: Time, permits: u8) -> (FamRel, FamEffects) {
+    /// family_release.lua's handing on (also its wake mode, keep -1, after
+    /// a native `HDEL`): each waiter that may go, first in line first,
+    /// whose place has its `~` field, becomes a holder for [`LEASE`] with
+    /// a fresh fence (the clock `floor`, raised above the fence key and
+    /// every live holder; the key written when raised) and leaves the
+    /// line; the first that may go without the field is told `next:`, and
+    /// the handing on stops there.
+    pub fn wake(&mut self, now: Time, floor: u32, permits: u8) -> (FamRel, FamEffects) {
         let mut effects = FamEffects::default();
-        let holders = self.live_holders(now);
-        let line = self.live_line(now);
-        match line.first() {
-            Some(next) if may_go(next.kind, 1, &holders, &line, permits) => {
-                effects.announced = Some(next.token);
-                (FamRel::Next(next.token), effects)
+        let mut holders = self.live_holders(now);
+        let mut line = self.live_line(now);
+        while let Some(&head) = line.first() {
+            if !may_go(head.kind, 1, &holders, &line, permits) {
+                break;
             }
-            _ => (FamRel::Released, effects),
+            let Some((seen, sent)) = self.record(head.token) else {
+                effects.announced = Some(head.token);
+                break;
+            };
+            let high = holders.iter().map(|h| h.fence).chain(self.fence).max();
+            let fence = match high {
+                Some(high) if high >= floor => high + 1,
+                _ => floor,
+            };
+            if fence != floor {
+                self.fence = Some(fence);
+            }
+            let mine = Holder {
+                token: head.token,
+                kind: head.kind,
+                until: now + LEASE,
+                fence,
+            };
+            self.holders.push(mine);
+            self.outlive_holders(now + LEASE);
+            self.lrem(head.token);
+            self.hdel_place(head.token);
+            line.remove(0);
+            holders.push(mine);
+            effects
+                .granted
+                .push((head.token, fence, now.saturating_sub(seen), sent));
+        }
+        self.tidy();
+        if effects.granted.is_empty() && effects.announced.is_none() {
+            (FamRel::Released, effects)
+        } else {
+            (FamRel::Told, effects)
         }
     }
 

@@ -47,6 +47,7 @@ impl Model for Family {
                     gate: Gate::default(),
                     issued: None,
                     forced: false,
+                    grant: None,
                 })
                 .collect(),
             max_issued: 0,
@@ -114,8 +115,16 @@ impl Model for Family {
                         actions.push(Action::Start(c, false));
                     }
                 }
-                FamPhase::Waiting { wake } if cl.notified || wake.is_some_and(|t| t <= w.now) => {
-                    actions.push(Action::Wake(c));
+                FamPhase::Waiting { wake } => {
+                    if cl.notified || wake.is_some_and(|t| t <= w.now) {
+                        actions.push(Action::Wake(c));
+                    }
+                    if cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
+                        && cl.gate.seen == w.epoch
+                        && cl.gate.young.is_none_or(|y| y <= w.now)
+                    {
+                        actions.push(Action::TakeGrant(c));
+                    }
                 }
                 FamPhase::Holding {
                     valid,
@@ -168,6 +177,7 @@ impl Model for Family {
                 cl.listening = false;
                 cl.issued = None;
                 cl.forced = false;
+                cl.grant = None;
                 self.send_acquire(&mut w, c, in_line);
             }
             Action::Apply(c) => {
@@ -175,7 +185,8 @@ impl Model for Family {
                 let token = w.clients[ci].token(c);
                 match w.clients[ci].phase {
                     FamPhase::Acquiring { in_line, sent, .. } => {
-                        let reply = self.run_acquire(&mut w, token, in_line);
+                        let reply =
+                            self.run_acquire(&mut w, token, in_line, in_line.then_some(sent));
                         w.clients[ci].phase = FamPhase::Acquiring {
                             in_line,
                             sent,
@@ -199,8 +210,10 @@ impl Model for Family {
                     FamPhase::Releasing { giving, .. } => {
                         let (flight, giving) = match giving {
                             Giving::Script => {
-                                let (reply, effects) = w.server.release(token, now, permits);
-                                self.announce(&mut w, effects);
+                                let before = w.server.clone();
+                                let (reply, effects) =
+                                    w.server.release(token, now, w.clock, permits);
+                                self.released(&mut w, &before, effects);
                                 (Flight::Replied(reply), giving)
                             }
                             Giving::Hdel => {
@@ -217,8 +230,9 @@ impl Model for Family {
                                 (Flight::Replied(reply), Giving::Answered { line })
                             }
                             Giving::Wake { .. } => {
-                                let (reply, effects) = w.server.wake(now, permits);
-                                self.announce(&mut w, effects);
+                                let before = w.server.clone();
+                                let (reply, effects) = w.server.wake(now, w.clock, permits);
+                                self.released(&mut w, &before, effects);
                                 (Flight::Replied(reply), giving)
                             }
                             Giving::Answered { .. } => return None,
@@ -246,7 +260,7 @@ impl Model for Family {
             }
             Action::ApplyStray(c) => {
                 let (token, in_line) = w.clients[usize::from(c)].stray.take()?;
-                self.run_acquire(&mut w, token, in_line);
+                self.run_acquire(&mut w, token, in_line, None);
             }
             Action::Deliver(c) => {
                 let restarts = self.config.restart_grace;
@@ -442,7 +456,40 @@ impl Model for Family {
                 let (_, effects) = w.server.force_release();
                 self.announce(&mut w, effects);
             }
-            Action::Replicate | Action::Failover | Action::LoseKey(_) | Action::TakeGrant(_) => {
+            Action::TakeGrant(c) => {
+                let lock_there = !w.server.holders.is_empty();
+                let restarts = self.config.restarts;
+                let grace = self.config.restart_grace;
+                let cl = &mut w.clients[usize::from(c)];
+                let (fence, from) = cl.grant.take()?;
+                cl.notified = false;
+                // The gate's rules, as for an attempt's grant (the identity
+                // is read: `seen` is the epoch; not young).
+                let g = &mut cl.gate;
+                if restarts {
+                    g.ask = Some(now);
+                }
+                g.young = None;
+                if g.closed.is_some_and(|u| u > now) {
+                    if lock_there {
+                        g.closed = None;
+                    } else {
+                        // Refused: the next attempt finds out (and waits).
+                        return None;
+                    }
+                }
+                g.closed = None;
+                if cl.issued.take() != Some(fence) {
+                    w.fence_bad = true;
+                }
+                cl.phase = FamPhase::Holding {
+                    fence,
+                    valid: from + LEASE,
+                    excused: cl.gate.blind && !grace,
+                    renewing: None,
+                };
+            }
+            Action::Replicate | Action::Failover | Action::LoseKey(_) => {
                 return None;
             }
         }
@@ -462,6 +509,7 @@ fn canon(w: &mut FamWorld) {
     values.extend(w.server.holders.iter().map(|h| h.fence));
     for c in &w.clients {
         values.extend(c.issued);
+        values.extend(c.grant.map(|(fence, _)| fence));
         match c.phase {
             FamPhase::Holding { fence, .. }
             | FamPhase::Acquiring {
@@ -489,6 +537,7 @@ fn canon(w: &mut FamWorld) {
     }
     for c in &mut w.clients {
         c.issued = c.issued.map(rank);
+        c.grant = c.grant.map(|(fence, from)| (rank(fence), from));
         match &mut c.phase {
             FamPhase::Holding { fence, .. }
             | FamPhase::Acquiring {

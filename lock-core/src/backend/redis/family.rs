@@ -28,20 +28,25 @@ impl<T: Topology> RedisBackend<T> {
         con: &mut T::Conn,
         attempt: Attempt<'_>,
     ) -> Result<Acquired, ScriptError> {
+        let sent_us = attempt.sent_us;
         let (keys, token, ttl, in_line) = attempt.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
-        scripts::family_acquire(con, keys, token, ttl, in_line, publish, one_server).await
+        scripts::family_acquire(con, keys, token, ttl, in_line, sent_us, publish, one_server).await
     }
 
-    /// Give back a permit or a rw-lock side; this client's own waiters hear
-    /// it at once.
+    /// Give back a permit or a rw-lock side, handing it on to those in line
+    /// that may go now; this client's own waiters hear it at once.
     pub(super) async fn family_release(&self, release: Release<'_>) -> Result<Owned, LockError> {
         let granted_at = release.granted_at;
         let (keys, token, keep, deadline) = release.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
         // Without a script where it may (see `scripts::family_release`):
-        // the lease is still valid here.
-        let native = self.gate.offered().fast_path() && Instant::now() < deadline;
+        // the lease is still valid here, and no waiter of this client
+        // waits for it (one that does would make the native step a round
+        // trip more: the script's wake mode after it).
+        let native = self.gate.offered().fast_path()
+            && Instant::now() < deadline
+            && !self.listener.wakeups.has_waiters(keys.channel());
         let send = |mut con: T::Conn| async move {
             scripts::family_release(&mut con, keys, token, keep, publish, one_server, native).await
         };
@@ -62,10 +67,10 @@ impl<T: Topology> RedisBackend<T> {
         };
         if released.owned == Owned::Yes {
             self.gate.survived(keys.key());
-            if let Some(next) = &released.next {
+            for told in &released.told {
                 self.listener
                     .wakeups
-                    .announce(keys.channel(), Announcement::Next(next));
+                    .announce(keys.channel(), Announcement::parse(told));
             }
         }
         Ok(released.owned)

@@ -3,6 +3,10 @@
 --
 -- A holder's value is `<kind><until>:<fence>`, a waiter's place
 -- `<kind><until>`; kind is s (permit), r (read share) or w (writer).
+-- Beside a waiter's place, '~' .. token -> '<lease ms>:<fence life
+-- ms>:<server ms of its last attempt>:<that attempt's name>' (written by
+-- family_acquire.lua): what family_release.lua needs to hand the waiter
+-- its grant.
 
 -- The server clock in ms.
 local function clock_ms()
@@ -64,7 +68,7 @@ local function live_line(line, places, kind, now)
     end
     if not k or tonumber(untl) <= now then
       redis.call('LREM', line, 1, token)
-      redis.call('HDEL', places, token)
+      redis.call('HDEL', places, token, '~' .. token)
     else
       live[#live + 1] = {token, k, tonumber(untl)}
     end

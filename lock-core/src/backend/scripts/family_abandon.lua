@@ -20,6 +20,9 @@ if type(held) ~= 'number' then
   held = 0
 end
 local placed = typed('HDEL', KEYS[3], token)
+if type(placed) == 'number' then
+  redis.call('HDEL', KEYS[3], '~' .. token)
+end
 if type(placed) ~= 'number' then
   placed = 0
 end

@@ -19,6 +19,11 @@
 -- ARGV[9]  (optional, in line) the place life in ms: the place lapses that
 --          soon unless its client keeps it (keep_place.lua); ARGV[7] and
 --          ARGV[8] are then sent in the compact form too, as ''
+-- ARGV[10] (optional, after ARGV[9]) this attempt's name: when its client
+--          sent it, in µs since its waiter started. With it, a busy reply
+--          writes the place's '~' field (family.lua), so that a release
+--          may hand this waiter its grant (family_release.lua); without
+--          it, the place is only woken (`next:<token>`)
 --
 -- Compact form, one server only (not Cluster), the common case: KEYS[1]
 -- and ARGV[1..6] alone; the fence key, the line, the places and the

@@ -28,13 +28,17 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// (`publish`: `PUBLISH` or `SPUBLISH`). On one server (`one_server`, not
 /// Cluster) it sends the script's compact form, where the script names the
 /// other keys and the channel itself (measured in S9: fewer arguments are
-/// cheaper for Redis to pass).
+/// cheaper for Redis to pass). In line, the place carries `sent_us` (this
+/// attempt's name, see [`Attempt`](crate::backend::Attempt)), so that a
+/// release may hand the waiter its grant.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn family_acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
     in_line: bool,
+    sent_us: u64,
     publish: &str,
     one_server: bool,
 ) -> Result<Acquired, ScriptError> {
@@ -60,7 +64,7 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
         cmd.arg("").arg("");
     }
     if in_line {
-        cmd.arg(millis(PLACE_LIFE));
+        cmd.arg(millis(PLACE_LIFE)).arg(sent_us);
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -89,7 +89,7 @@ if may_go(kind, position, holders, line, permits) then
   outlive(KEYS[1], now, now + ttl)
   if position <= #line then
     redis.call('LREM', line_key, 1, token)
-    redis.call('HDEL', places_key, token)
+    redis.call('HDEL', places_key, token, '~' .. token)
     table.remove(line, position)
   end
   -- The next in line may go too (another permit, another reader): tell it.
@@ -129,6 +129,17 @@ if grace > 0 then
   end
   if redis.call('HSET', places_key, token, kind .. (now + place)) == 1 then
     redis.call('RPUSH', line_key, token)
+  end
+  -- With this attempt's name (ARGV[10]), what a release needs to hand
+  -- this waiter its grant: a lease of at most the place life (its client
+  -- extends a longer one at its next attempt), so that a grant handed to
+  -- a waiter that died holds the others up no longer than its place.
+  if ARGV[10] then
+    local lease = ttl
+    if life and lease > life then
+      lease = life
+    end
+    redis.call('HSET', places_key, '~' .. token, lease .. ':' .. ARGV[4] .. ':' .. now .. ':' .. ARGV[10])
   end
   outlive(line_key, now, now + keep)
   outlive(places_key, now, now + keep)

@@ -1,29 +1,45 @@
 -- Give back a permit of a semaphore or a side of a read-write lock, only if
--- it is still ours, and name the first in line if it may go now.
+-- it is still ours, and hand it on at once to every waiter in line that
+-- may go now, in turn (family.lua's `may_go`: the free permits; after a
+-- writer, every reader up to the next writer).
 --
 -- KEYS[1]  the holders: a hash, owner token -> <kind><until>:<fence>
 -- KEYS[2]  the line of waiting tokens (list, first come first served)
--- KEYS[3]  the waiters' places (hash: token -> <kind><until>)
+-- KEYS[3]  the waiters' places (hash: token -> <kind><until>, and
+--          '~' .. token -> what a grant needs, see family.lua)
+-- KEYS[4]  the fence key (see family_acquire.lua)
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  the caller's kind: s, r or w
 -- ARGV[3]  keep, in ms: 0 gives it back now; > 0 leaves it (still ours) to
 --          end after that many ms (`at_least`); -1: given back already,
 --          by a native `HDEL` of the caller's field (family_release.rs,
 --          sent when the caller's lease is valid and the line key exists):
---          only name the first in line if it may go now
+--          only hand it on to those in line that may go now
 -- ARGV[4]  the permits of a semaphore (ignored for the rw lock)
 -- ARGV[5]  the release channel (same hash tag)
 -- ARGV[6]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
 -- Compact form, one server only (not Cluster): KEYS[1] and ARGV[1..4]
--- alone; the line, the places and the channel are named from KEYS[1]
--- (`…:lock` → `…:line`, `…:places`, `…:released`), announced with PUBLISH.
+-- alone; the line, the places, the fence key and the channel are named
+-- from KEYS[1] (`…:lock` → `…:line`, `…:places`, `…:fence`,
+-- `…:released`), announced with PUBLISH.
 --
 -- Nobody else holds it and nobody waits (after the HDEL neither KEYS[1]
 -- nor the line exists): TIME, HGET, HDEL and EXISTS, nothing more.
 --
--- Returns next  (a string) released, and next (first in line) may go now:
---               it was told `next:<token>`
+-- Handing on: each waiter that may go, first in line first, whose place
+-- carries what a grant needs (its '~' field), becomes a holder here, with
+-- a fresh fencing token (as family_acquire.lua issues them) and a lease
+-- of at most the place life (its client extends a longer one at its next
+-- attempt), leaves the line, and is told
+-- `grant:<fence>:<server ms since its last attempt>:<that attempt's
+-- name>:<token>` (the plain lock's grant message, see wakeups.rs). A
+-- waiter that may go but whose place carries no such field is told
+-- `next:<token>` instead, and the handing on stops there (it looks
+-- itself, and tells the next).
+--
+-- Returns {msg…} released, and each message (as published) told a waiter
+--               that may go now: its grant, or `next:` for the last
 --         1     released (nobody in line may go yet, or a keep; with keep
 --               -1: nobody in line may go yet)
 --         0     not ours (expired, or another owner's)
@@ -64,9 +80,69 @@ end
 -- Named only now: building a name costs the server time on every call.
 local places_key = KEYS[3] or base .. ':places'
 local line = live_line(line_key, places_key, kind, now)
-local next = line and line[1]
-if next and may_go(next[2], 1, holders, line, tonumber(ARGV[4])) then
-  redis.call(ARGV[6] or 'PUBLISH', ARGV[5] or base .. ':released', 'next:' .. next[1])
-  return next[1]
+if not line then
+  return 1
+end
+local permits = tonumber(ARGV[4])
+local channel = ARGV[5] or base .. ':released'
+local publish = ARGV[6] or 'PUBLISH'
+local told = {}
+local fence_key, clock, last, fence_bad
+while line[1] and may_go(line[1][2], 1, holders, line, permits) do
+  local head = line[1]
+  local record = typed('HGET', places_key, '~' .. head[1])
+  local lease, life, seen, attempt
+  if type(record) == 'string' then
+    lease, life, seen, attempt = string.match(record, '^(%d+):(%d+):(%d+):(%d+)$')
+  end
+  if not fence_key then
+    fence_key = KEYS[4] or base .. ':fence'
+    local time = redis.call('TIME')
+    clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+    last = typed('GET', fence_key)
+    if type(last) == 'string' and string.byte(last, 1) == 43 then
+      last = string.sub(last, 2)
+    end
+    -- A fence key of another type: nobody is handed a grant (the
+    -- waiter's own attempt reports it).
+    fence_bad = type(last) == 'table' or (last and not tonumber(last))
+  end
+  if not attempt or fence_bad then
+    -- Only woken: it looks itself (and tells the next).
+    local message = 'next:' .. head[1]
+    redis.call(publish, channel, message)
+    told[#told + 1] = message
+    break
+  end
+  -- The fencing token: the server clock in µs, raised above every live
+  -- holder's and the last one the fence key keeps (written when raised).
+  local high = tonumber(clock) - 1
+  if last and tonumber(last) > high then
+    high = tonumber(last)
+  end
+  for _, holder in ipairs(holders) do
+    if tonumber(holder[4]) > high then
+      high = tonumber(holder[4])
+    end
+  end
+  local fence = clock
+  if high >= tonumber(clock) then
+    fence = string.format('%d', high + 1)
+    redis.call('SET', fence_key, fence, 'PX', life)
+    last = fence
+  end
+  local untl = now + tonumber(lease)
+  redis.call('HSET', KEYS[1], head[1], head[2] .. untl .. ':' .. fence)
+  outlive(KEYS[1], now, untl)
+  redis.call('LREM', line_key, 1, head[1])
+  redis.call('HDEL', places_key, head[1], '~' .. head[1])
+  table.remove(line, 1)
+  holders[#holders + 1] = {head[1], head[2], untl, fence}
+  local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
+  redis.call(publish, channel, message)
+  told[#told + 1] = message
+end
+if #told > 0 then
+  return told
 end
 return 1

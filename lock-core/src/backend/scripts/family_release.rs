@@ -1,5 +1,5 @@
-//! `family_release.lua`: give back a permit or a rw-lock side, and name the
-//! next in line if it may go.
+//! `family_release.lua`: give back a permit or a rw-lock side, and hand it
+//! on to those in line that may go now.
 
 use std::time::Duration;
 
@@ -7,7 +7,6 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
-use super::release::Released;
 use crate::backend::connect::millis;
 use crate::backend::{LockKeys, Owned};
 
@@ -20,10 +19,20 @@ pub const SOURCE: &str = concat!(
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
+/// What `family_release.lua` did.
+#[derive(Debug)]
+pub(crate) struct FamilyReleased {
+    pub(crate) owned: Owned,
+    /// The messages published to those in line that may go now, in line
+    /// order: each one's grant (`grant:…`), or `next:<token>` for one that
+    /// looks itself (see [`Announcement`](crate::backend::wakeups::Announcement)).
+    pub(crate) told: Vec<String>,
+}
+
 /// Give back `token`'s permit or side if it is still ours (or, with a
-/// non-zero `keep`, let it end after `keep`); the next in line, if it may
-/// go now, is told on the release channel with `publish` and named in the
-/// reply. On one server (`one_server`, not Cluster) it sends the script's
+/// non-zero `keep`, let it end after `keep`); every waiter that may go now
+/// is handed its grant, told on the release channel with `publish` and
+/// named in the reply. On one server (`one_server`, not Cluster) it sends the script's
 /// compact form, where the script names the line and the channel itself;
 /// there, with `native` (plain commands may stand in, and the lease is
 /// still valid on its holder's clock) and no keep, it gives the permit
@@ -36,7 +45,7 @@ pub(crate) async fn family_release<C: ConnectionLike>(
     publish: &str,
     one_server: bool,
     native: bool,
-) -> Result<Released, ScriptError> {
+) -> Result<FamilyReleased, ScriptError> {
     let compact = one_server && publish == "PUBLISH";
     if native
         && compact
@@ -49,10 +58,10 @@ pub(crate) async fn family_release<C: ConnectionLike>(
         .kind
         .letter()
         .ok_or_else(|| unexpected("family_release"))?;
-    let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 3 });
+    let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 4 });
     cmd.arg(keys.lock());
     if !compact {
-        cmd.arg(keys.line()).arg(keys.places());
+        cmd.arg(keys.line()).arg(keys.places()).arg(keys.fence());
     }
     cmd.arg(token)
         .arg(letter)
@@ -68,7 +77,7 @@ pub(crate) async fn family_release<C: ConnectionLike>(
 /// atomic step on the server: `HDEL holders token` is that step (the field is named by the
 /// owner token, so no other holder's share can be touched), pipelined with
 /// `EXISTS line`; when the line key exists, the script in its wake mode
-/// (keep -1) names the first in line if it may go now. The script runs
+/// (keep -1) hands it on to those in line that may go now. The script runs
 /// even when the `HDEL` removed nothing (a resend after a lost reply): the
 /// first one's wake-up may have been lost with it.
 ///
@@ -81,7 +90,7 @@ async fn family_release_native<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
-) -> Result<Option<Released>, ScriptError> {
+) -> Result<Option<FamilyReleased>, ScriptError> {
     let lock = keys.lock();
     let mut remove = redis::Cmd::with_capacity(3, 8 + lock.len() + token.len());
     remove.arg("HDEL").arg(lock).arg(token);
@@ -99,11 +108,9 @@ async fn family_release_native<C: ConnectionLike>(
     };
     let owned = if removed { Owned::Yes } else { Owned::No };
     if !someone_waits {
-        return Ok(Some(Released {
+        return Ok(Some(FamilyReleased {
             owned,
-            next: None,
-            granted: None,
-            in_background: false,
+            told: Vec::new(),
         }));
     }
     let letter = keys
@@ -117,23 +124,26 @@ async fn family_release_native<C: ConnectionLike>(
         .arg(-1)
         .arg(keys.kind.permits());
     let woken = decode(invoke(&SCRIPT, &cmd, con).await?)?;
-    Ok(Some(Released { owned, ..woken }))
+    Ok(Some(FamilyReleased { owned, ..woken }))
 }
 
 /// The script's reply.
-fn decode(reply: Value) -> Result<Released, ScriptError> {
+fn decode(reply: Value) -> Result<FamilyReleased, ScriptError> {
     match reply {
-        Value::Int(code) => Ok(Released {
+        Value::Int(code) => Ok(FamilyReleased {
             owned: Owned::from_code(code),
-            next: None,
-            granted: None,
-            in_background: false,
+            told: Vec::new(),
         }),
-        Value::BulkString(next) => Ok(Released {
+        Value::Array(told) => Ok(FamilyReleased {
             owned: Owned::Yes,
-            next: Some(String::from_utf8(next).map_err(|_| unexpected("family_release"))?),
-            granted: None,
-            in_background: false,
+            told: told
+                .into_iter()
+                .map(|message| match message {
+                    Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+                    _ => None,
+                })
+                .collect::<Option<Vec<String>>>()
+                .ok_or_else(|| unexpected("family_release"))?,
         }),
         _ => Err(unexpected("family_release")),
     }

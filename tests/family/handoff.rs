@@ -1,0 +1,224 @@
+//! A permit or a rw-lock side given back while others wait goes straight
+//! to every waiter it admits, in the release's own script: each is told
+//! its grant (`grant:<fence>:…`) and holds without asking again; a grant
+//! handed to a waiter that froze lapses within a place's life.
+
+use std::time::Duration;
+
+use leasehold::{LockClient, LockGuard, LockRequest};
+use tokio::task::JoinHandle;
+
+use crate::semantics::until_in_line;
+use crate::support::RedisServer;
+
+/// At most a place's life: such a lease is taken as handed, without another
+/// attempt.
+const SHORT: Duration = Duration::from_secs(2);
+const LONG: Duration = Duration::from_secs(60);
+
+fn spawn_waiter(request: LockRequest) -> JoinHandle<LockGuard> {
+    tokio::spawn(async move {
+        request
+            .renew(true)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("its turn comes")
+    })
+}
+
+/// Listen on `key`'s release channel (subscribed when this returns); the
+/// task ends with the fences of the first `n` grants published, and fails
+/// on a message that only wakes a waiter to look (a hang guard, not a
+/// timing check).
+async fn grants(server: &RedisServer, key: &str, n: usize) -> JoinHandle<Vec<u64>> {
+    let url = server.url();
+    let channel = format!("leasehold:{{{key}}}:released");
+    let (subscribed, ready) = tokio::sync::oneshot::channel();
+    let heard = tokio::task::spawn_blocking(move || {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut pubsub = con.as_pubsub();
+        pubsub.subscribe(&channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        subscribed.send(()).unwrap();
+        let mut fences = Vec::new();
+        let mut told = Vec::new();
+        while fences.len() < n {
+            let message = pubsub.get_message().expect("the grants were published");
+            let text: String = message.get_payload().unwrap();
+            told.push(text.clone());
+            let grant = text.strip_prefix("grant:").unwrap_or_else(|| {
+                panic!("told {told:?}: a waiter was woken to look instead of granted")
+            });
+            fences.push(grant.split(':').next().unwrap().parse::<u64>().unwrap());
+        }
+        fences
+    });
+    ready.await.unwrap();
+    heard
+}
+
+/// A writer's release hands the lock to every reader in line up to the
+/// next writer, in line order, each with its own fence, in the release's
+/// own script; that writer is handed it when the last of them gives back,
+/// and the reader behind it when the writer does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_release_admits_every_reader_up_to_the_next_writer() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let others = LockClient::connect(&server.url()).await.unwrap();
+    let rw = others.rw_lock("doc");
+    let writer = holder
+        .rw_lock("doc")
+        .write()
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let r1 = spawn_waiter(rw.read().ttl(SHORT));
+    until_in_line(&holder, "doc", 1).await;
+    let r2 = spawn_waiter(rw.read().ttl(SHORT));
+    until_in_line(&holder, "doc", 2).await;
+    let w2 = spawn_waiter(rw.write().ttl(SHORT));
+    until_in_line(&holder, "doc", 3).await;
+    let r3 = spawn_waiter(rw.read().ttl(SHORT));
+    until_in_line(&holder, "doc", 4).await;
+
+    let heard = grants(&server, "doc", 2).await;
+    writer.release().await.unwrap();
+    let fences = heard.await.unwrap();
+    let (r1, r2) = (r1.await.unwrap(), r2.await.unwrap());
+    assert_eq!(fences, vec![r1.fencing_token(), r2.fencing_token()]);
+    assert!(r1.fencing_token() < r2.fencing_token());
+    assert!(r1.is_held() && r2.is_held());
+    let info = holder.inspect("doc").await.unwrap().unwrap();
+    assert_eq!(info.waiters, 2, "the writer and the reader behind it wait");
+    assert!(!w2.is_finished() && !r3.is_finished());
+
+    // The last reader's release hands the lock to the writer.
+    let last_read = r2.fencing_token();
+    let heard = grants(&server, "doc", 1).await;
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w2 = w2.await.unwrap();
+    assert_eq!(heard.await.unwrap(), vec![w2.fencing_token()]);
+    assert!(w2.fencing_token() > last_read);
+
+    let heard = grants(&server, "doc", 1).await;
+    w2.release().await.unwrap();
+    let r3 = r3.await.unwrap();
+    assert_eq!(heard.await.unwrap(), vec![r3.fencing_token()]);
+    r3.release().await.unwrap();
+}
+
+/// Permits given back while four wait (from two clients) go to the first
+/// in line, one each, as grants; a handed lease longer than a place's
+/// life is written for that life, and its holder's next attempt extends
+/// it to its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_permits_are_handed_to_the_first_in_line() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let clients = [
+        LockClient::connect(&server.url()).await.unwrap(),
+        LockClient::connect(&server.url()).await.unwrap(),
+    ];
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            holder
+                .semaphore("pool", 2)
+                .ttl(LONG)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        let ttl = if i == 0 { LONG } else { SHORT };
+        waiting.push(spawn_waiter(clients[i % 2].semaphore("pool", 2).ttl(ttl)));
+        until_in_line(&holder, "pool", i + 1).await;
+    }
+    let heard = grants(&server, "pool", 2).await;
+    for permit in held {
+        permit.release().await.unwrap();
+    }
+    let fences = heard.await.unwrap();
+    let mut waiting = waiting.into_iter();
+    let first = waiting.next().unwrap().await.unwrap();
+    let second = waiting.next().unwrap().await.unwrap();
+    assert_eq!(fences, vec![first.fencing_token(), second.fencing_token()]);
+    // The long lease, handed for a place's life, was extended by its
+    // holder's next attempt.
+    let info = holder.inspect("pool").await.unwrap().unwrap();
+    assert_eq!(info.waiters, 2);
+    assert!(first.remaining() > SHORT * 5, "{:?}", first.remaining());
+    for permit in [first, second] {
+        permit.release().await.unwrap();
+    }
+    for rest in waiting {
+        rest.await.unwrap().release().await.unwrap();
+    }
+}
+
+/// A waiter that froze (its future is no longer polled: no place kept, no
+/// cleanup) is handed the permit by a release all the same; with a lease
+/// of a minute asked, the grant lapses within a place's life, and the
+/// waiter behind it gets the permit well within its 15 s budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_handed_to_a_frozen_waiter_lapses_within_a_place_life() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let frozen_client = LockClient::connect(&server.url()).await.unwrap();
+    let permit = holder
+        .semaphore("frozen", 1)
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let mut frozen = Box::pin(
+        frozen_client
+            .semaphore("frozen", 1)
+            .ttl(LONG)
+            .wait(LONG)
+            .acquire(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let polled = tokio::time::timeout(Duration::from_millis(20), frozen.as_mut()).await;
+        assert!(polled.is_err(), "the frozen waiter got the permit");
+        let info = holder.inspect("frozen").await.unwrap().unwrap();
+        if info.waiters == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never in line");
+    }
+    // Frozen: never polled again, never dropped.
+    std::mem::forget(frozen);
+    let watcher = LockClient::connect(&server.url()).await.unwrap();
+    let behind = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let got = holder
+            .semaphore("frozen", 1)
+            .ttl(LONG)
+            .wait(Duration::from_secs(15))
+            .acquire()
+            .await;
+        (got, started.elapsed(), holder)
+    });
+    until_in_line(&watcher, "frozen", 2).await;
+    let heard = grants(&server, "frozen", 1).await;
+    permit.release().await.unwrap();
+    let fence = heard.await.unwrap()[0];
+    let (got, waited, _holder) = behind.await.unwrap();
+    let got = got.expect("the grant to the frozen waiter lapsed");
+    assert!(got.fencing_token() > fence);
+    assert!(waited < Duration::from_secs(15));
+    got.release().await.unwrap();
+}
