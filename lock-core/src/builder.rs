@@ -13,7 +13,9 @@ use crate::backend::target::Target;
 use crate::client::LockClient;
 use crate::config::{ReplicaSync, Settings};
 use crate::error::LockError;
-use crate::limits::{require_runtime, validate_prefix, validate_ttl};
+use crate::limits::{
+    MAX_PLACE_LIFE, MIN_PLACE_LIFE, require_runtime, validate_prefix, validate_ttl,
+};
 use crate::request::Shared;
 use crate::watchdog::Watchdog;
 
@@ -246,6 +248,45 @@ impl LockClientBuilder {
     /// still believe it has.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.settings.gate.restart_grace = grace;
+        self
+    }
+
+    /// How long a waiter's place in line outlives its client's last sign of
+    /// life (default 2 s). A waiting client keeps its places alive every
+    /// third of this (one small script per place while it sleeps); a
+    /// waiter whose process dies, freezes or loses its connection is
+    /// passed over by the line this long after its last keep-alive, and a
+    /// release hands a waiter a lease of at most this long until its client
+    /// extends it (a third of it later, in the background), so a waiter
+    /// that died just before it was handed the lock holds the line up no
+    /// longer either. Shorter: a crashed waiter costs the others less, and
+    /// waiting costs more keep-alives; longer: the reverse (an election's
+    /// standby that waits for hours may prefer a few seconds more).
+    /// Between 300 ms and an hour, else connecting fails with
+    /// [`LockError::InvalidArgument`]. Only a *holder* that dies keeps a
+    /// lock for its whole lease.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let client = leasehold::LockClient::builder()
+    ///     .place_life(Duration::from_secs(5))
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn place_life(mut self, life: Duration) -> Self {
+        if !(MIN_PLACE_LIFE..=MAX_PLACE_LIFE).contains(&life) {
+            self.invalid = Some(LockError::invalid(
+                "place_life",
+                format!(
+                    "{life:?} is out of range: a place in line lives between {MIN_PLACE_LIFE:?} \
+                     and {MAX_PLACE_LIFE:?}"
+                ),
+            ));
+        }
+        self.settings.gate.place_life = life;
         self
     }
 

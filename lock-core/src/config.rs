@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::limits::DEFAULT_TTL;
+use crate::limits::{DEFAULT_PLACE_LIFE, DEFAULT_TTL};
 
 /// The default key prefix: every Redis name leasehold uses starts with it.
 pub const DEFAULT_PREFIX: &str = "leasehold:";
@@ -111,14 +111,29 @@ impl ConnectSettings {
     }
 }
 
-/// What each server's gate was told about eviction and restarts.
-#[derive(Debug, Clone, Copy, Default)]
+/// What each server's backend was told: eviction, restarts, the commands
+/// it may use, and how long waiters' places live.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct GateSettings {
     pub(crate) restart_grace: Duration,
     pub(crate) allow_eviction: bool,
     /// Never use the server's native conditional commands: every
     /// operation is its Lua script (`native_commands(false)`).
     pub(crate) lua_only: bool,
+    /// How long a waiter's place outlives its client's last keep-alive,
+    /// and the longest lease a release hands a waiter (`place_life`).
+    pub(crate) place_life: Duration,
+}
+
+impl Default for GateSettings {
+    fn default() -> Self {
+        GateSettings {
+            restart_grace: Duration::ZERO,
+            allow_eviction: false,
+            lua_only: false,
+            place_life: DEFAULT_PLACE_LIFE,
+        }
+    }
 }
 
 /// `hostname:pid`.

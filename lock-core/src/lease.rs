@@ -74,6 +74,11 @@ pub(crate) struct Lease {
     /// Its fencing token is written on the server (false: taken on the
     /// fast path; the watchdog records it [`RECORD_AFTER`] the grant).
     recorded: AtomicBool,
+    /// Handed over by a release for less than the TTL (a place's life, see
+    /// `Backend::place_life`): the watchdog extends it
+    /// to the full TTL a third of that life after the grant, unless the
+    /// lease is given back first (a short hold never pays for it).
+    handed: AtomicBool,
     status: Mutex<Status>,
     /// Signalled when the state leaves `Held` (not on renewals: a waiter in
     /// `lost()` re-reads the deadline when its sleep ends).
@@ -86,7 +91,9 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A lease just won by the attempt sent at `acquired_at`: its validity
-    /// is counted from then, and the watchdog watches it from now on.
+    /// is counted from then (for `granted`, the lease the server holds: the
+    /// TTL, or less for a lock handed over by a release, which the watchdog
+    /// then extends), and the watchdog watches it from now on.
     pub(crate) fn start(
         issuer: Issuer,
         keys: Arc<LockKeys>,
@@ -94,6 +101,7 @@ impl Lease {
         fence: u64,
         settings: LeaseSettings,
         acquired_at: Instant,
+        granted: Duration,
     ) -> Arc<Lease> {
         let kind = match keys.election_name() {
             Some(_) => telemetry::LeaseKind::Election,
@@ -113,6 +121,7 @@ impl Lease {
             acquired_at,
             holders: AtomicUsize::new(1),
             recorded: AtomicBool::new(recorded),
+            handed: AtomicBool::new(granted < settings.ttl),
             status: Mutex::new(Status {
                 state: State::Held,
                 valid_until: acquired_at,
@@ -122,8 +131,11 @@ impl Lease {
             renewals_done: Notify::new(),
             metrics,
         });
-        lease.status_mut().valid_until = lease.validity_from(acquired_at, settings.ttl);
-        let first_due = if !recorded {
+        lease.status_mut().valid_until =
+            lease.validity_from(acquired_at, granted.min(settings.ttl));
+        let first_due = if granted < settings.ttl {
+            Some(acquired_at + granted / 3)
+        } else if !recorded {
             Some(acquired_at + RECORD_AFTER)
         } else {
             settings.renew.then(|| acquired_at + lease.renew_period())
@@ -290,6 +302,7 @@ impl Lease {
         match outcome.first().copied().unwrap_or(Owned::No) {
             Owned::Yes => {
                 self.set_validity(sent_at, ttl);
+                self.handed.store(false, Ordering::Release);
                 Ok(())
             }
             other => {
@@ -324,6 +337,10 @@ impl Lease {
 
     fn is_recorded(&self) -> bool {
         self.recorded.load(Ordering::Acquire)
+    }
+
+    fn is_handed(&self) -> bool {
+        self.handed.load(Ordering::Acquire)
     }
 
     /// One more guard of the same owner shares the lease (a re-entry).
@@ -423,7 +440,11 @@ impl Renewable for Lease {
             return None;
         }
         let record = (!self.is_recorded()).then_some((self.fence, self.settings.ttl));
-        let ttl = if record.is_some() && !audit {
+        let ttl = if self.is_handed() {
+            // Handed over for a place's life: extended to the full TTL
+            // (whether or not it renews later).
+            self.settings.ttl
+        } else if record.is_some() && !audit {
             // Due to have its fencing token written down: checked only (a
             // renewal, if any, follows a period later).
             Duration::ZERO
@@ -454,7 +475,11 @@ impl Renewable for Lease {
     }
 
     fn period(&self) -> Option<Duration> {
-        if self.settings.renew {
+        if self.is_handed() {
+            // Tried again soon if the extension failed: the short lease
+            // runs out at a place's life.
+            Some(self.issuer.backend.place_life() / 3)
+        } else if self.settings.renew {
             Some(self.renew_period())
         } else {
             // Looked at once more, to write its fencing token down.
@@ -487,8 +512,9 @@ impl Renewable for Lease {
             self.recorded.store(true, Ordering::Release);
         }
         // A lease without `renew` (or past its max_hold) was only checked:
-        // its deadline stays.
-        if self.settings.renew && !renewal.ttl.is_zero() {
+        // its deadline stays, unless this was a handed lease's extension.
+        let extended = !renewal.ttl.is_zero() && self.handed.swap(false, Ordering::AcqRel);
+        if (self.settings.renew || extended) && !renewal.ttl.is_zero() {
             self.set_validity(sent_at, renewal.ttl);
         }
     }

@@ -28,6 +28,14 @@ pub const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
 
+/// How long a waiter's place in line outlives its client's last sign of
+/// life, by default (`LockClientBuilder::place_life`).
+pub(crate) const DEFAULT_PLACE_LIFE: Duration = Duration::from_secs(2);
+/// The shortest place life: its client keeps it every third of it.
+pub(crate) const MIN_PLACE_LIFE: Duration = Duration::from_millis(300);
+/// The longest place life (a dead waiter holds its line up for that long).
+pub(crate) const MAX_PLACE_LIFE: Duration = Duration::from_secs(3600);
+
 /// A lease length (`ttl`, a default TTL, an `extend`).
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Acquired, Backend, LockKeys, PLACE_LIFE};
+use crate::backend::{Acquired, Backend, LockKeys};
 use crate::config::ClientSettings;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -225,7 +225,8 @@ impl LockRequest {
 
         let token: Arc<str> = crate::token::owner_token(&self.client.settings.name)?;
         let mut waiter = Waiter::new(&self.client.backend, &keys, &token, Instant::now());
-        let (fence, acquired_at) = self.attempt_until_acquired(&mut waiter, observed).await?;
+        let (fence, acquired_at, granted) =
+            self.attempt_until_acquired(&mut waiter, observed).await?;
         if self.replicas > 0 {
             self.sync_replicas(&keys, &token).await?;
         }
@@ -248,6 +249,7 @@ impl LockRequest {
             fence,
             settings,
             acquired_at,
+            granted,
         );
         waiter.done();
         Ok(LockGuard::new(lease))
@@ -321,13 +323,15 @@ impl LockRequest {
     }
 
     /// Attempt, and while the `wait` budget lasts, sleep until a release or
-    /// the holder's expiry, then attempt again. Returns the fence and the
-    /// instant the winning attempt was sent.
+    /// the holder's expiry, then attempt again. Returns the fence, the
+    /// instant the winning attempt was sent (or the grant was made), and
+    /// the lease the server holds from then: the TTL, or a place's life
+    /// for a longer lock handed over by a release.
     async fn attempt_until_acquired(
         &self,
         waiter: &mut Waiter<'_>,
         observed: &mut Acquisition,
-    ) -> Result<(u64, Instant), LockError> {
+    ) -> Result<(u64, Instant, Duration), LockError> {
         // One reading of the clock for the start, the deadline and the
         // first attempt's sending (a little before it: its lease counts
         // from then, the safe side).
@@ -337,7 +341,9 @@ impl LockRequest {
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
         let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
-        let drift = self.client.backend.drift(self.ttl).min(self.ttl);
+        // A handed lease: the TTL, or a place's life if that is shorter.
+        let handed_lease = self.ttl.min(self.client.backend.place_life());
+        let drift = self.client.backend.drift(handed_lease).min(handed_lease);
         loop {
             // Handed the lock by a release: ours without asking, if its
             // lease has not run out meanwhile and the gate admits it (else
@@ -347,14 +353,14 @@ impl LockRequest {
             // releaser's; the next attempt's renewal of the lease is one.
             // A lease longer than a place's life was handed over for that
             // life only (a waiter that died costs the line no more): the
-            // next attempt, at once, finds the lock ours and extends it.
+            // lease's watchdog extends it to the TTL soon after, unless it
+            // is given back first.
             let handed = waiter.take_grant();
-            if let Some((fence, granted_at)) =
-                handed.filter(|_| self.replicas == 0 && self.ttl <= PLACE_LIFE)
-                && granted_at + self.ttl - drift > Instant::now()
+            if let Some((fence, granted_at)) = handed.filter(|_| self.replicas == 0)
+                && granted_at + handed_lease - drift > Instant::now()
                 && waiter.admit_grant(self.ttl).await.is_ok()
             {
-                return Ok((fence, granted_at));
+                return Ok((fence, granted_at, handed_lease));
             }
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
@@ -362,7 +368,7 @@ impl LockRequest {
             let sent_at = first.take().unwrap_or_else(Instant::now);
             observed.attempt();
             let sleep_for = match waiter.attempt(self.ttl, in_line, sent_at).await {
-                Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at)),
+                Ok(Acquired::Yes { fence }) => return Ok((fence, sent_at, self.ttl)),
                 Ok(Acquired::Busy { expires_in }) => {
                     observed.busy(in_line);
                     retry_delay = FIRST_ATTEMPT_RETRY_DELAY;

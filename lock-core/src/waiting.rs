@@ -51,7 +51,7 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::backend::keys::Kind;
-use crate::backend::{Acquired, Attempt, Backend, LockKeys, PLACE_LIFE, abandon_in_background};
+use crate::backend::{Acquired, Attempt, Backend, LockKeys, abandon_in_background};
 use crate::error::LockError;
 
 /// How long an acquisition that gives up waits for its traces to be
@@ -181,8 +181,8 @@ impl<'a> Waiter<'a> {
     }
 
     /// Sleep until woken by `armed`, or `until`. A waiter with a place in
-    /// line (`in_line`) keeps it alive meanwhile, every third of
-    /// [`PLACE_LIFE`]: if its process dies or freezes, the place lapses
+    /// line (`in_line`) keeps it alive meanwhile, every third of its
+    /// client's place life (`Backend::place_life`): if its process dies or freezes, the place lapses
     /// within that and the line goes on without it. A place found gone (it
     /// lapsed, or a release handed this waiter the lock) ends the sleep.
     pub(crate) async fn sleep(
@@ -192,11 +192,12 @@ impl<'a> Waiter<'a> {
         in_line: bool,
     ) {
         let keep = in_line && self.traces && self.backend.keeps_places();
+        let keep_every = self.backend.place_life() / 3;
         let mut armed = armed;
         let mut until = until;
         loop {
             let wake = if keep {
-                until.min(Instant::now() + PLACE_LIFE / 3)
+                until.min(Instant::now() + keep_every)
             } else {
                 until
             };

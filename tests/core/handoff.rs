@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE};
+use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
 use leasehold::LockClient;
 use redis::Value;
 
@@ -183,15 +183,18 @@ async fn a_release_hands_the_lock_to_the_first_in_line_in_one_round_trip() {
 }
 
 /// A lease longer than a place's life is handed for that life only (a
-/// waiter that died just before the release costs the line no more), and
-/// the waiter's client extends it at once with one attempt, which finds the
-/// lock its own: the guard then has the whole lease.
+/// waiter that died just before the release costs the line no more): the
+/// waiter has the lock without a command of its own, and its client's
+/// watchdog extends the lease to the whole TTL a third of a place's life
+/// later (not with another attempt); a guard given back before then never
+/// pays for the extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_lease_is_handed_for_a_place_life_and_extended_at_once() {
+async fn a_long_lease_is_handed_for_a_place_life_and_extended_by_the_watchdog() {
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let waiter = LockClient::connect(&server.url()).await.unwrap();
     let ttl = Duration::from_secs(20);
+    let place_life = Duration::from_secs(2);
     let guard = holder
         .lock("handed-long")
         .ttl(Duration::from_secs(30))
@@ -206,23 +209,83 @@ async fn a_long_lease_is_handed_for_a_place_life_and_extended_at_once() {
         .await
         .expect("handed the lock")
         .unwrap();
+    // Held at once for a place's life: no attempt, the lease as handed.
+    assert!(got.is_held());
+    assert!(got.remaining() <= place_life, "{:?}", got.remaining());
     let commands = commands_logged(&server);
     assert_eq!(evalsha_of(&commands, RELEASE_SOURCE), 1, "{commands:?}");
     assert_eq!(
         evalsha_of(&commands, ACQUIRE_SOURCE),
-        1,
-        "one attempt, the extension: {commands:?}"
+        0,
+        "the waiter sent no attempt: {commands:?}"
     );
-    assert!(got.is_held());
     assert!(got.fencing_token() > holder_fence);
     assert_eq!(
         text(server.cmd(&["GET", "leasehold:{handed-long}:lock"])).as_deref(),
         Some(token.as_str())
     );
     let pttl = int(server.cmd(&["PTTL", "leasehold:{handed-long}:lock"]));
-    assert!(pttl > 10_000, "extended to the whole lease: {pttl} ms");
+    assert!(
+        pttl > 0 && pttl <= 2_000,
+        "handed for a place's life: {pttl} ms"
+    );
+    // Extended to the whole TTL by the watchdog, well before the place's
+    // life runs out.
+    wait_until("the handed lease was not extended", || {
+        int(server.cmd(&["PTTL", "leasehold:{handed-long}:lock"])) > 10_000
+    })
+    .await;
+    assert!(got.is_held());
     assert!(got.remaining() > ttl / 2, "{:?}", got.remaining());
+    let commands = commands_logged(&server);
+    assert_eq!(
+        evalsha_of(&commands, ACQUIRE_SOURCE),
+        0,
+        "extended by a renewal, not an attempt: {commands:?}"
+    );
     got.release().await.unwrap();
+}
+
+/// A handed lease given back before its extension is due costs nothing
+/// more than the handoff and the release: no renewal is sent for it, ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lease_given_back_at_once_is_never_extended() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_secs(20);
+    let guard = holder
+        .lock("handed-brief")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (task, _) = waiter_in_line(&server, &waiter, "handed-brief", ttl, 0).await;
+    log_every_command(&server);
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("handed the lock")
+        .unwrap();
+    got.release().await.unwrap();
+    // Past the moment the extension would have been due.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let commands = commands_logged(&server);
+    assert_eq!(evalsha_of(&commands, RENEW_SOURCE), 0, "{commands:?}");
+    assert_eq!(evalsha_of(&commands, ACQUIRE_SOURCE), 0, "{commands:?}");
+    // Nor a native extension, nor the PEXPIRE a script would run.
+    assert!(
+        !commands.iter().any(|c| {
+            c.first().is_some_and(|n| n.eq_ignore_ascii_case("pexpire"))
+                || c.iter().any(|a| a.eq_ignore_ascii_case("ifeq"))
+                    && c.first().is_some_and(|n| n.eq_ignore_ascii_case("set"))
+        }),
+        "no extension: {commands:?}"
+    );
+    assert_eq!(
+        int(server.cmd(&["EXISTS", "leasehold:{handed-brief}:lock"])),
+        0
+    );
 }
 
 /// The lock key, held by hand by a holder whose token looks like

@@ -2077,20 +2077,30 @@ mod all {
                         AllPhase::Acquiring { sent, .. } => {
                             let real: Value = match takes {
                                 Takes::Both => {
+                                    // Every other client sends the compact
+                                    // form (one server: the lock keys alone),
+                                    // as the library does there.
+                                    let compact = c % 2 == 1;
                                     let script = Script::new(LOCK_ALL_SOURCE);
                                     let mut call = script.prepare_invoke();
                                     for k in 0..2 {
-                                        for n in names(k) {
-                                            call.key(n);
+                                        if compact {
+                                            call.key(name(k, "lock"));
+                                        } else {
+                                            for n in names(k) {
+                                                call.key(n);
+                                            }
                                         }
                                     }
                                     call.arg(token(t))
                                         .arg(ttl)
                                         .arg(ttl + FENCE_MEMORY_MS)
-                                        .arg(i64::from(GRACE) * TICK_MS)
-                                        .arg("PUBLISH")
-                                        .arg(name(0, "released"))
-                                        .arg(name(1, "released"));
+                                        .arg(i64::from(GRACE) * TICK_MS);
+                                    if !compact {
+                                        call.arg("PUBLISH")
+                                            .arg(name(0, "released"))
+                                            .arg(name(1, "released"));
+                                    }
                                     call.invoke(self.con).expect("lock_all.lua")
                                 }
                                 Takes::One(k) => {

@@ -223,6 +223,10 @@ impl Backend for FaultyBackend {
         self.store.drift(ttl)
     }
 
+    fn place_life(&self) -> Duration {
+        self.store.place_life()
+    }
+
     fn describe(&self) -> String {
         DESCRIPTION.to_owned()
     }

@@ -39,6 +39,8 @@ pub(crate) struct LazyBackend {
     /// The connected backend's announcements of server changes, passed on
     /// (the watchdog subscribes when the client is made).
     changes: watch::Sender<ServerChange>,
+    /// The client's place life (the connected backend has the same).
+    place_life: Duration,
 }
 
 /// The backend of `target`: connected and checked now, or (`lazy`)
@@ -78,6 +80,7 @@ impl LazyBackend {
             last_error: Mutex::new(None),
             idle_wakeups: Wakeups::default(),
             changes: watch::channel(ServerChange::default()).0,
+            place_life: gate_settings.place_life,
         });
         runtime.spawn(connect_in_background(
             Arc::downgrade(&lazy),
@@ -291,6 +294,10 @@ impl Backend for LazyBackend {
             Some(backend) => backend.drift(ttl),
             None => super::default_drift(ttl),
         }
+    }
+
+    fn place_life(&self) -> Duration {
+        self.place_life
     }
 
     fn describe(&self) -> String {

@@ -459,6 +459,11 @@ impl Backend for MemoryBackend {
         Duration::ZERO
     }
 
+    fn place_life(&self) -> Duration {
+        // (No line in a store: a waiter in memory dies with its process.)
+        super::PLACE_LIFE
+    }
+
     fn describe(&self) -> String {
         "in-memory".to_owned()
     }

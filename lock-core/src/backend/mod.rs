@@ -74,8 +74,9 @@ pub(crate) const PLACE_GRACE: Duration = Duration::from_secs(2);
 /// (`keep_place.lua`, every third of it while the waiter sleeps), and the
 /// longest lease a release hands to a waiter, extended by its client when
 /// it hears of the grant: a waiter whose process died or froze holds the
-/// line up for at most about this long, whatever the lock's TTL.
-pub(crate) const PLACE_LIFE: Duration = Duration::from_secs(2);
+/// line up for at most about this long, whatever the lock's TTL. This is
+/// the default; a client's own is [`Backend::place_life`].
+pub(crate) const PLACE_LIFE: Duration = crate::limits::DEFAULT_PLACE_LIFE;
 
 /// A boxed, `Send` future: backends are used as `dyn Backend`.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -388,8 +389,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
-    /// Keep `token`'s place in the line of `keys` for [`PLACE_LIFE`] from
-    /// now (while its waiter sleeps), and say how long the lock's lease
+    /// How long a waiter's place lives unless its client keeps it, and the
+    /// longest lease a release hands a waiter (the builder's `place_life`;
+    /// [`PLACE_LIFE`] by default).
+    fn place_life(&self) -> Duration;
+
+    /// Keep `token`'s place in the line of `keys` for
+    /// [`place_life`](Self::place_life) from now (while its waiter sleeps), and say how long the lock's lease
     /// has left. `Ok(None)`: the waiter looks again now (its place is gone:
     /// it lapsed, or a release handed it the lock; or the lock is free).
     /// Backends that keep no line in the store have nothing to keep.

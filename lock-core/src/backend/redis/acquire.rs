@@ -212,6 +212,7 @@ impl<T: Topology> RedisBackend<T> {
         let at = scripts::Placed {
             in_line,
             sent_us: Some(attempt.sent_us),
+            life: self.gate.place_life(),
         };
         scripts::acquire(&mut con, keys, token, ttl, at, attempt.fence_floor, claimed).await
     }

@@ -28,10 +28,16 @@ impl<T: Topology> RedisBackend<T> {
         con: &mut T::Conn,
         attempt: Attempt<'_>,
     ) -> Result<Acquired, ScriptError> {
-        let sent_us = attempt.sent_us;
+        let sent_us = Some(attempt.sent_us);
         let (keys, token, ttl, in_line) = attempt.parts();
         let (publish, one_server) = (self.topology.publish(), self.topology.one_slot());
-        scripts::family_acquire(con, keys, token, ttl, in_line, sent_us, publish, one_server).await
+        let life = self.gate.place_life();
+        let placed = scripts::Placed {
+            in_line,
+            sent_us,
+            life,
+        };
+        scripts::family_acquire(con, keys, token, ttl, placed, publish, one_server).await
     }
 
     /// Give back a permit or a rw-lock side, handing it on to those in line
@@ -106,7 +112,13 @@ impl<T: Topology> RedisBackend<T> {
         let publish = self.topology.publish();
         let names: Vec<&str> = all.keys.iter().map(|k| k.lock()).collect();
         if self.topology.same_slot(&names) {
-            return scripts::lock_all(con, all, token, ttl, in_line, publish).await;
+            let placed = scripts::Placed {
+                in_line,
+                sent_us: None,
+                life: self.gate.place_life(),
+            };
+            let one_server = self.topology.one_slot();
+            return scripts::lock_all(con, all, token, ttl, placed, publish, one_server).await;
         }
         let mut fences = Vec::with_capacity(all.keys.len());
         for (at, keys) in all.keys.iter().enumerate() {
@@ -118,6 +130,7 @@ impl<T: Topology> RedisBackend<T> {
                 scripts::Placed {
                     in_line,
                     sent_us: None,
+                    life: self.gate.place_life(),
                 },
                 None,
                 None,

@@ -241,9 +241,13 @@ impl<T: Topology> Backend for RedisBackend<T> {
         self.topology.fast_path()
     }
 
+    fn place_life(&self) -> Duration {
+        self.gate.place_life()
+    }
+
     fn keep_place<'a>(&'a self, keys: &'a LockKeys, token: &'a str) -> Reply<'a, Option<Duration>> {
         Box::pin(async move {
-            let life = super::PLACE_LIFE;
+            let life = self.gate.place_life();
             let one = |keys: &'a LockKeys| async move {
                 self.call(|mut con| async move {
                     scripts::keep_place(&mut con, keys, token, life).await

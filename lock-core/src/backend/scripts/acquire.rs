@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::call::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
-use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE, PLACE_LIFE};
+use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
 /// The script's source as Redis runs it: the free lock first, then the
 /// shared helpers, then the rest, so that the common case does not pay for
@@ -31,6 +31,8 @@ pub(crate) struct Placed {
     /// `None`: the place may not be handed the lock (a `lock_all` taking
     /// its keys one by one on Cluster), its waiter is only woken.
     pub(crate) sent_us: Option<u64>,
+    /// The place's life (see `Backend::place_life`).
+    pub(crate) life: Duration,
 }
 
 /// Take the lock for `ttl` if it is free and nobody waits in line before
@@ -77,7 +79,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
             Some(sent_us) => cmd.arg(sent_us),
             None => cmd.arg(""),
         };
-        cmd.arg(millis(PLACE_LIFE));
+        cmd.arg(millis(placed.life));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

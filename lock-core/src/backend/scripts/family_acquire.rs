@@ -7,7 +7,7 @@ use redis::aio::ConnectionLike;
 
 use super::call::{Lua, ScriptError, evalsha, invoke, unexpected, wrong_type};
 use crate::backend::connect::millis;
-use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE, PLACE_LIFE};
+use crate::backend::{Acquired, FENCE_MEMORY, LockKeys, PLACE_GRACE};
 
 /// The script's source as Redis runs it: the free case first, then the
 /// shared helpers, then the rest, so that the free case does not pay for
@@ -28,20 +28,20 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// (`publish`: `PUBLISH` or `SPUBLISH`). On one server (`one_server`, not
 /// Cluster) it sends the script's compact form, where the script names the
 /// other keys and the channel itself (measured in S9: fewer arguments are
-/// cheaper for Redis to pass). In line, the place carries `sent_us` (this
-/// attempt's name, see [`Attempt`](crate::backend::Attempt)), so that a
-/// release may hand the waiter its grant.
-#[allow(clippy::too_many_arguments)]
+/// cheaper for Redis to pass). In line, the place carries `placed.sent_us`
+/// (this attempt's name, see [`Attempt`](crate::backend::Attempt); 0 for
+/// none), so that a release may hand the waiter its grant, and lives
+/// `placed.life` unless its client keeps it.
 pub(crate) async fn family_acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
-    in_line: bool,
-    sent_us: u64,
+    placed: super::Placed,
     publish: &str,
     one_server: bool,
 ) -> Result<Acquired, ScriptError> {
+    let in_line = placed.in_line;
     let letter = keys
         .kind
         .letter()
@@ -64,7 +64,8 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
         cmd.arg("").arg("");
     }
     if in_line {
-        cmd.arg(millis(PLACE_LIFE)).arg(sent_us);
+        cmd.arg(millis(placed.life))
+            .arg(placed.sent_us.unwrap_or(0));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

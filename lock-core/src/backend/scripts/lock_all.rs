@@ -8,13 +8,16 @@ use redis::aio::ConnectionLike;
 use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
 use crate::backend::connect::millis;
 use crate::backend::keys::AllKeys;
-use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE, PLACE_LIFE};
+use crate::backend::{Acquired, FENCE_MEMORY, PLACE_GRACE};
 
-/// The script's source as Redis runs it (with the shared helpers first).
+/// The script's source as Redis runs it: the free case first, then the
+/// shared helpers, then the rest, so that the free case does not pay for
+/// defining the helpers (see lock_all.lua).
 pub const SOURCE: &str = concat!(
+    include_str!("lock_all.lua"),
     include_str!("typed.lua"),
     include_str!("marker.lua"),
-    include_str!("lock_all.lua")
+    include_str!("lock_all_busy.lua")
 );
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
@@ -23,32 +26,39 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// before `token` in its line; with `in_line`, a busy reply keeps (or
 /// takes) `token`'s place in the line of every key, all at once (first
 /// come, first served across the keys). A grant's fencing tokens are
-/// recorded in `all`, the first is returned.
+/// recorded in `all`, the first is returned. With `one_server` (not
+/// Cluster) and `PUBLISH`, the script's compact form: the lock keys alone,
+/// the other names derived from them by the script.
 pub(crate) async fn lock_all<C: ConnectionLike>(
     con: &mut C,
     all: &AllKeys,
     token: &str,
     ttl: Duration,
-    in_line: bool,
+    placed: super::Placed,
     publish: &str,
+    one_server: bool,
 ) -> Result<Acquired, ScriptError> {
-    let mut cmd = evalsha(&SCRIPT, 4 * all.keys.len());
+    let in_line = placed.in_line;
+    let compact = one_server && publish == "PUBLISH";
+    let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 4 } * all.keys.len());
     for keys in &all.keys {
-        cmd.arg(keys.lock())
-            .arg(keys.fence())
-            .arg(keys.line())
-            .arg(keys.places());
+        cmd.arg(keys.lock());
+        if !compact {
+            cmd.arg(keys.fence()).arg(keys.line()).arg(keys.places());
+        }
     }
     cmd.arg(token)
         .arg(millis(ttl))
         .arg(millis(ttl + FENCE_MEMORY))
-        .arg(if in_line { millis(PLACE_GRACE) } else { 0 })
-        .arg(publish);
-    for keys in &all.keys {
-        cmd.arg(keys.channel());
+        .arg(if in_line { millis(PLACE_GRACE) } else { 0 });
+    if !compact {
+        cmd.arg(publish);
+        for keys in &all.keys {
+            cmd.arg(keys.channel());
+        }
     }
     if in_line {
-        cmd.arg(millis(PLACE_LIFE));
+        cmd.arg(millis(placed.life));
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -320,6 +320,11 @@ impl Gate {
     /// Whether the server's identity (every primary's, on Redis Cluster)
     /// was read since the last (re)connection: until it is, nothing is
     /// granted there.
+    /// The client's place life (see `Backend::place_life`).
+    pub(crate) fn place_life(&self) -> Duration {
+        self.settings.place_life
+    }
+
     pub(crate) fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)
     }
@@ -866,8 +871,7 @@ mod tests {
             "redis://h",
             GateSettings {
                 restart_grace: Duration::from_secs(10),
-                allow_eviction: false,
-                lua_only: false,
+                ..GateSettings::default()
             },
         );
         let identity = Identity {
@@ -913,8 +917,7 @@ mod tests {
             "cluster[h]",
             GateSettings {
                 restart_grace: Duration::from_secs(10),
-                allow_eviction: false,
-                lua_only: false,
+                ..GateSettings::default()
             },
         );
         let mut changes = gate.changes();

@@ -537,6 +537,13 @@ impl Backend for RedlockBackend {
         true
     }
 
+    fn place_life(&self) -> Duration {
+        // (Redlock keeps no line: nothing uses it there.)
+        self.masters
+            .get(0)
+            .map_or(crate::backend::PLACE_LIFE, |master| master.place_life())
+    }
+
     fn describe(&self) -> String {
         let masters: Vec<&str> = self.masters.iter().map(|n| n.server()).collect();
         format!("redlock[{}]", masters.join(", "))
