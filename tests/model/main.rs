@@ -10,7 +10,7 @@ mod support;
 
 mod conformance;
 
-use leasehold_model::{Config, check, discover};
+use leasehold_model::{Config, Model, check, discover};
 
 /// Run one exhaustive check; fail with the counterexamples.
 fn model(name: &str, config: Config, reached: &[&str]) {
@@ -656,8 +656,10 @@ fn family_mixed_kinds_client_faults() {
 /// they were (no `EXISTS line` in the fast path, acquire.lua granting on an
 /// unmarked fence key without looking at the line), a plain lock is
 /// granted in the moment after the last permit is given back while the
-/// family's waiter keeps its place. The checker must find it, by the fast
-/// path and by the script.
+/// family's waiter keeps its place. The checker must find it (by the
+/// script alone, and with the fast path first), and the path by which it
+/// was met (the fast pipeline's `SET` and reads) must break it without the
+/// fix and not with it.
 #[test]
 fn family_mixed_kinds_finds_the_old_defect() {
     for fast in [true, false] {
@@ -667,12 +669,58 @@ fn family_mixed_kinds_finds_the_old_defect() {
             liveness: false,
             ..mixed("ss", fast)
         };
-        let path = leasehold_model::discover_family(config, name);
+        let path = leasehold_model::discover_family(config.clone(), name);
         let how = if fast { "fast path" } else { "script" };
-        let path = path.unwrap_or_else(|| panic!("the old defect ({how}) not found"));
+        let mut path = path.unwrap_or_else(|| panic!("the old defect ({how}) not found"));
+        // The checker's threads may find a longer path first: keep the
+        // prefix up to the first state that breaks it.
+        let model = leasehold_model::family::Family { config };
+        let mut state = model.init_states().remove(0);
+        let first = path
+            .iter()
+            .position(|&action| {
+                state = model
+                    .next_state(&state, action)
+                    .expect("a step of the path");
+                state.plain_overtook
+            })
+            .expect("the path breaks the property");
+        path.truncate(first + 1);
         println!(
             "model: the old defect by the {how}: a counterexample of {} steps: {path:?}",
             path.len()
         );
+    }
+    // The defect as it was met (safety::kinds): the permit given back by
+    // the native release's HDEL, then a fast plain attempt, its SET and its
+    // reads (no EXISTS line): granted while the waiter keeps its place. With
+    // the fix, the same steps leave the decision to the claimed script.
+    use leasehold_model::Action::{Apply, Deliver, Release, Start};
+    let path = [
+        Start(0, true),
+        Start(1, true),
+        Apply(1),
+        Apply(0),
+        Deliver(1),
+        Release(1),
+        Apply(1),
+        Start(2, false),
+        Apply(2),
+        Apply(2),
+    ];
+    for fixed in [false, true] {
+        let model = leasehold_model::family::Family {
+            config: FamilyConfig {
+                kinds_fixed: fixed,
+                ..mixed("ss", true)
+            },
+        };
+        let mut state = model.init_states().remove(0);
+        for action in path {
+            state = model
+                .next_state(&state, action)
+                .expect("a step of the path");
+        }
+        assert_eq!(state.plain_overtook, !fixed, "fixed {fixed}: {state:?}");
     }
 }
