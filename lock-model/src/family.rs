@@ -13,18 +13,27 @@
 //!   [`Action`]s for steps and faults, and the family's properties;
 //! - [`serves`]: liveness from a state, as fair.rs does for the lock.
 //!
+//! - plain locks of the same key ([`FamilyConfig::plain`], `plain.rs`):
+//!   the fast pipeline, acquire.lua and release.lua on the family's keys,
+//!   and the wrong type each kind's scripts answer the other (kinds never
+//!   mix).
+//!
 //! Time, tokens, expiries and the clock are those of scripts.rs and
 //! protocol.rs; so is the reasoning about fences (kept as their order).
 
+mod plain;
 mod properties;
 mod server;
 mod steps;
 
-pub use server::{FamAcq, FamEffects, FamRel, FamilyServer, Holder, Kind, Place, fits, may_go};
+pub use plain::{PlainAcq, PlainEffects, PlainKey};
+pub use server::{
+    FamAcq, FamEffects, FamRel, FamilyServer, Holder, Kind, Place, fits, may_go, same_family,
+};
 
 use stateright::Model;
 
-use crate::protocol::{Action, Flight, Gate};
+use crate::protocol::{Action, FastStep, Flight, Gate};
 use crate::scripts::{LEASE, Time, Tok};
 
 /// What may happen in a run of the family model.
@@ -49,6 +58,19 @@ pub struct FamilyConfig {
     pub force_releases: bool,
     pub one_try: bool,
     pub liveness: bool,
+    /// Plain locks of the same key: this many more clients (after those
+    /// of `kinds`), each a one-try `lock(key)` (`try_acquire`), without
+    /// renewals; no restarts or operator's releases beside them.
+    pub plain: u8,
+    /// The plain clients take the fast path (fast.rs) first; otherwise
+    /// they send acquire.lua alone.
+    pub plain_fast: bool,
+    /// The scripts and fast.rs as they are. Off: as they were before kinds
+    /// were kept apart (fast.rs without `EXISTS line`, acquire.lua granting
+    /// on an unmarked fence key without looking at the line and reading a
+    /// family waiter's place as a lapsed one, family_acquire.lua refusing a
+    /// plain key even to its own waiters), to show the checker finds that.
+    pub kinds_fixed: bool,
 }
 
 impl Default for FamilyConfig {
@@ -65,6 +87,9 @@ impl Default for FamilyConfig {
             force_releases: false,
             one_try: false,
             liveness: false,
+            plain: 0,
+            plain_fast: true,
+            kinds_fixed: true,
         }
     }
 }
@@ -93,6 +118,21 @@ pub enum FamPhase {
     },
     Abandoning {
         flight: Flight<bool>,
+    },
+    /// A plain client's fast pipeline: the `SET NX`, then the reads.
+    PlainFast {
+        sent: Time,
+        step: FastStep,
+    },
+    /// A plain client's acquire.lua (`claimed`: after its fast pipeline).
+    PlainAcquiring {
+        sent: Time,
+        claimed: bool,
+        flight: Flight<PlainAcq>,
+    },
+    /// A plain client's release.lua (its code: 1, 0, -1).
+    PlainReleasing {
+        flight: Flight<i64>,
     },
     Dead,
 }
@@ -184,6 +224,18 @@ pub struct FamWorld {
     /// Ghost: a grant went to a later arrival and left a waiter before it
     /// that it no longer fits beside.
     pub overtaken: bool,
+    /// Ghost: a plain lock was granted while a family waiter kept its
+    /// place in line.
+    pub plain_overtook: bool,
+    /// Ghost: a plain attempt was refused (wrong type) while a family
+    /// waiter stood in line.
+    pub plain_refused: bool,
+    /// Ghost: a family waiter was woken by `again:` from a plain script
+    /// that gave back its fast key.
+    pub again_heard: bool,
+    /// Ghost: a family acquisition was refused as of another kind while a
+    /// family waiter (not itself) kept its place in the key's line.
+    pub family_refused: bool,
 }
 
 /// The family model.
@@ -197,6 +249,40 @@ const RESTART_GRACE: Time = LEASE;
 impl Family {
     fn kind(&self, c: u8) -> Kind {
         self.config.kinds[usize::from(c)]
+    }
+
+    /// Whether client `c` is a plain lock (after the family's clients).
+    pub fn is_plain(&self, c: u8) -> bool {
+        usize::from(c) >= self.config.kinds.len()
+    }
+
+    /// A family client other than `token`'s waits in line with its place
+    /// kept.
+    fn family_waits(&self, w: &FamWorld, token: Option<Tok>) -> bool {
+        w.clients.iter().enumerate().any(|(i, cl)| {
+            let t = cl.token(i as u8);
+            !self.is_plain(i as u8)
+                && Some(t) != token
+                && cl.waits()
+                && w.server.place(t).is_some_and(|p| p.until > w.now)
+        })
+    }
+
+    /// A plain grant (a fresh fence): the fence's ghost, and whether it
+    /// overtook a family waiter.
+    fn plain_granted(&self, w: &mut FamWorld, token: Tok, fence: u32) {
+        w.clock += 1;
+        if fence <= w.max_issued {
+            w.fence_bad = true;
+        }
+        w.max_issued = w.max_issued.max(fence);
+        let owner = &mut w.clients[usize::from(token.client)];
+        if owner.token(token.client) == token {
+            owner.issued = Some(fence);
+        }
+        if self.family_waits(w, None) {
+            w.plain_overtook = true;
+        }
     }
 
     /// The client's reading of a new server identity (as protocol.rs: the
@@ -250,7 +336,7 @@ impl Family {
         let now = w.now;
         // `EXISTS lock survived`: the holders hash (the family leaves no
         // survival mark).
-        let lock_there = !w.server.holders.is_empty();
+        let lock_there = w.server.lock_exists();
         let cl = &mut w.clients[ci];
         cl.notified = false;
         // A grant not taken before an attempt is dropped (the attempt
@@ -309,7 +395,11 @@ impl Family {
             w.now,
             w.clock,
             self.config.permits,
+            self.config.kinds_fixed,
         );
+        if reply == FamAcq::WrongType && self.family_waits(w, Some(token)) {
+            w.family_refused = true;
+        }
         if effects.fresh {
             // TIME read for the fence: one grant, one instant.
             w.clock += 1;
@@ -412,6 +502,9 @@ fn fail(phase: &mut FamPhase) {
         } => *flight = Flight::Failed,
         FamPhase::Releasing { flight, .. } => *flight = Flight::Failed,
         FamPhase::Abandoning { flight } => *flight = Flight::Failed,
+        FamPhase::PlainFast { step, .. } => *step = FastStep::Failed,
+        FamPhase::PlainAcquiring { flight, .. } => *flight = Flight::Failed,
+        FamPhase::PlainReleasing { flight } => *flight = Flight::Failed,
         _ => {}
     }
 }
@@ -435,7 +528,16 @@ pub fn serves(model: &Family, start: &FamWorld) -> Result<(), String> {
     let mut actions = Vec::new();
     for _ in 0..MAX_STEPS {
         for (i, c) in w.clients.iter().enumerate() {
-            if matches!(c.phase, FamPhase::Holding { .. }) {
+            // Served: granted, or told at once that the key is a plain
+            // lock's (an answer, not a wait).
+            if matches!(
+                c.phase,
+                FamPhase::Holding { .. }
+                    | FamPhase::Acquiring {
+                        flight: Flight::Replied(FamAcq::WrongType),
+                        ..
+                    }
+            ) {
                 served[i] = true;
             }
         }
@@ -451,6 +553,7 @@ pub fn serves(model: &Family, start: &FamWorld) -> Result<(), String> {
             && s.line.is_empty()
             && s.places.is_empty()
             && s.forced.is_empty()
+            && s.plain.is_none()
         {
             return Ok(());
         }

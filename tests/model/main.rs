@@ -10,7 +10,7 @@ mod support;
 
 mod conformance;
 
-use leasehold_model::{Config, check, discover};
+use leasehold_model::{Config, Model, check, discover};
 
 /// Run one exhaustive check; fail with the counterexamples.
 fn model(name: &str, config: Config, reached: &[&str]) {
@@ -276,7 +276,7 @@ fn family_kinds(s: &str) -> Vec<Kind> {
 }
 
 #[test]
-#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L"]
+#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L, P (plain clients), PF (fast), X (kinds fixed)"]
 fn family_probe() {
     let v = |k: &str, d: u8| {
         std::env::var(k)
@@ -298,6 +298,9 @@ fn family_probe() {
             force_releases: v("FR", 0) == 1,
             one_try: v("O", 0) == 1,
             liveness: v("L", 0) == 1,
+            plain: v("P", 0),
+            plain_fast: v("PF", 1) == 1,
+            kinds_fixed: v("X", 1) == 1,
         },
         &[],
     );
@@ -556,4 +559,168 @@ fn lock_all_two_keys() {
         },
         &["a retried lock_all after a key of its lost grant was taken"],
     );
+}
+
+// Kinds never mix (SPEC 16): plain locks of the family's key
+// (lock-model/src/family/plain.rs).
+
+/// A family of `kinds` (twice each, one permit) and one plain lock of the
+/// same key (twice, one try), fast or by its script alone.
+fn mixed(kinds: &str, fast: bool) -> FamilyConfig {
+    FamilyConfig {
+        permits: 1,
+        acquisitions: 2,
+        horizon: 0,
+        plain: 1,
+        plain_fast: fast,
+        ..family_base(kinds)
+    }
+}
+
+/// A plain lock beside a semaphore and beside a rw lock: never a plain
+/// holder beside a family holder, never a plain grant while a family
+/// waiter keeps its place (the moment between the last release and the
+/// waiter's grant included), a family acquisition never told "wrong type"
+/// while its own kind waits in line, liveness from every state. The
+/// fast path: its `SET` of a moment, refused by the claimed script, which
+/// wakes the waiter with `again:`. No time passes in CI (the plain lease
+/// and the places run out in the long run).
+#[test]
+fn family_mixed_kinds() {
+    let horizon = if long() { 1 } else { 0 };
+    family(
+        "semaphore and a fast plain lock",
+        FamilyConfig {
+            horizon,
+            ..mixed("ss", true)
+        },
+        &[
+            "a plain attempt refused as another kind while a family waiter is in line",
+            "a family waiter woken by again: after a fast SET of a moment",
+            "a family waiter looks again past a fast SET of a moment",
+            "a family attempt refused as another kind while a plain lock holds",
+        ],
+    );
+    family(
+        "rw lock and a plain lock's script",
+        FamilyConfig {
+            horizon,
+            ..mixed("rw", false)
+        },
+        &[
+            "a plain attempt refused as another kind while a family waiter is in line",
+            "a family attempt refused as another kind while a plain lock holds",
+        ],
+    );
+    if long() {
+        family(
+            "rw lock and a fast plain lock",
+            FamilyConfig {
+                horizon: 1,
+                ..mixed("rw", true)
+            },
+            &["a family waiter woken by again: after a fast SET of a moment"],
+        );
+        family(
+            "semaphore of 1, 3 clients and a fast plain lock",
+            FamilyConfig {
+                acquisitions: 1,
+                horizon: 1,
+                ..mixed("sss", true)
+            },
+            &["a family waiter woken by again: after a fast SET of a moment"],
+        );
+    }
+}
+
+/// The client-side faults beside a plain lock: a family client's crash,
+/// lost reply, lost request, cancel; a plain client's crash (its fast
+/// `SET` left undecided until its lease runs out). A tick in CI, two in
+/// the long run.
+#[test]
+fn family_mixed_kinds_client_faults() {
+    family(
+        "semaphore and a fast plain lock, client faults",
+        FamilyConfig {
+            acquisitions: 1,
+            horizon: if long() { 2 } else { 1 },
+            faults: 1,
+            client_faults: true,
+            ..mixed("ss", true)
+        },
+        &["a family waiter woken by again: after a fast SET of a moment"],
+    );
+}
+
+/// The defect kinds never mixing fixed: with fast.rs and the scripts as
+/// they were (no `EXISTS line` in the fast path, acquire.lua granting on an
+/// unmarked fence key without looking at the line), a plain lock is
+/// granted in the moment after the last permit is given back while the
+/// family's waiter keeps its place. The checker must find it (by the
+/// script alone, and with the fast path first), and the path by which it
+/// was met (the fast pipeline's `SET` and reads) must break it without the
+/// fix and not with it.
+#[test]
+fn family_mixed_kinds_finds_the_old_defect() {
+    for fast in [true, false] {
+        let name = "a family waiter with a kept place is never overtaken by a plain lock";
+        let config = FamilyConfig {
+            kinds_fixed: false,
+            liveness: false,
+            ..mixed("ss", fast)
+        };
+        let path = leasehold_model::discover_family(config.clone(), name);
+        let how = if fast { "fast path" } else { "script" };
+        let mut path = path.unwrap_or_else(|| panic!("the old defect ({how}) not found"));
+        // The checker's threads may find a longer path first: keep the
+        // prefix up to the first state that breaks it.
+        let model = leasehold_model::family::Family { config };
+        let mut state = model.init_states().remove(0);
+        let first = path
+            .iter()
+            .position(|&action| {
+                state = model
+                    .next_state(&state, action)
+                    .expect("a step of the path");
+                state.plain_overtook
+            })
+            .expect("the path breaks the property");
+        path.truncate(first + 1);
+        println!(
+            "model: the old defect by the {how}: a counterexample of {} steps: {path:?}",
+            path.len()
+        );
+    }
+    // The defect as it was met (safety::kinds): the permit given back by
+    // the native release's HDEL, then a fast plain attempt, its SET and its
+    // reads (no EXISTS line): granted while the waiter keeps its place. With
+    // the fix, the same steps leave the decision to the claimed script.
+    use leasehold_model::Action::{Apply, Deliver, Release, Start};
+    let path = [
+        Start(0, true),
+        Start(1, true),
+        Apply(1),
+        Apply(0),
+        Deliver(1),
+        Release(1),
+        Apply(1),
+        Start(2, false),
+        Apply(2),
+        Apply(2),
+    ];
+    for fixed in [false, true] {
+        let model = leasehold_model::family::Family {
+            config: FamilyConfig {
+                kinds_fixed: fixed,
+                ..mixed("ss", true)
+            },
+        };
+        let mut state = model.init_states().remove(0);
+        for action in path {
+            state = model
+                .next_state(&state, action)
+                .expect("a step of the path");
+        }
+        assert_eq!(state.plain_overtook, !fixed, "fixed {fixed}: {state:?}");
+    }
 }

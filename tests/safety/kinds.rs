@@ -9,7 +9,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockError, LockGuard};
 use tokio::time::Instant;
 
-use crate::common::{connect, eventually, exists, line_name, warm_up};
+use crate::common::{channel_name, connect, eventually, exists, line_name, lock_name, warm_up};
 use crate::support::RedisServer;
 
 /// The moment the family key is free with someone in its line: every plain
@@ -115,4 +115,83 @@ async fn a_wrong_kind_is_refused_at_once_whatever_the_wait() {
     );
     assert!(started.elapsed() < wait / 2);
     permit.release().await.expect("release");
+}
+
+/// A fast plain acquisition's `SET` of a moment on a semaphore's key, while
+/// the semaphore's waiter is first in line (the plain lock's script gives
+/// the key back and wakes that waiter with `again:`), is no reason to tell
+/// another acquisition of the semaphore that the key is a plain lock's: the
+/// key is still the semaphore's. It is busy for that moment, and served.
+/// (A finding of the model of kinds never mixing, lock-model's family.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_set_of_a_moment_refuses_no_acquisition_of_the_family() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let other = connect(&server).await;
+    warm_up(&client).await;
+    let key = "kinds-moment";
+    let ttl = Duration::from_secs(20);
+    let held = client
+        .semaphore(key, 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("the holder");
+    let waiter = tokio::spawn({
+        let request = other
+            .semaphore(key, 1)
+            .ttl(ttl)
+            .wait(Duration::from_secs(15));
+        async move { request.acquire().await }
+    });
+    let line = line_name(key);
+    assert!(
+        eventually(Duration::from_secs(5), || exists(&server, &line)).await,
+        "the waiter takes its place in line"
+    );
+    // The moment: the permit given back (the holders hash emptied, as the
+    // native release's HDEL leaves it), and a fast plain SET on the key.
+    let lock = lock_name(key);
+    server.cmd(&["DEL", &lock]);
+    let plain = format!("{}:plain", "0".repeat(32));
+    server.cmd(&["SET", &lock, &plain, "PX", "5000"]);
+    let one_try = client.semaphore(key, 1).try_acquire().await;
+    assert!(
+        matches!(&one_try, Ok(None)),
+        "a one-try acquisition in the moment is busy, not refused: {one_try:?}"
+    );
+    let newcomer = tokio::spawn({
+        let request = client
+            .semaphore(key, 1)
+            .ttl(ttl)
+            .wait(Duration::from_secs(15));
+        async move { request.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !newcomer.is_finished(),
+        "a waiting acquisition in the moment is answered: {:?}",
+        newcomer.await
+    );
+    // The plain lock's script gives the key back and wakes the first in
+    // line (acquire_contended.lua).
+    let first = match server.cmd(&["LINDEX", &line, "0"]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).expect("a token"),
+        other => panic!("the first in line: {other:?}"),
+    };
+    server.cmd(&["DEL", &lock]);
+    server.cmd(&["PUBLISH", &channel_name(key), &format!("again:{first}")]);
+    let served: LockGuard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is served at once")
+        .expect("task")
+        .expect("the waiter, first in line, gets its permit");
+    served.release().await.expect("the waiter releases");
+    let next: LockGuard = tokio::time::timeout(Duration::from_secs(5), newcomer)
+        .await
+        .expect("the newcomer is served after the waiter")
+        .expect("task")
+        .expect("the newcomer gets its permit, not WrongType");
+    next.release().await.expect("the newcomer releases");
+    drop(held);
 }

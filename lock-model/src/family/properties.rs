@@ -14,8 +14,13 @@ pub(super) fn properties() -> Vec<Property<Family>> {
         Property::always(
             "never more permits held within their validity than the semaphore has",
             |m: &Family, w: &FamWorld| {
-                let valid: Vec<(u32, bool)> =
-                    w.clients.iter().filter_map(|c| c.valid(w.now)).collect();
+                let valid: Vec<(u32, bool)> = w
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| !m.is_plain(i as u8))
+                    .filter_map(|(_, c)| c.valid(w.now))
+                    .collect();
                 valid.iter().any(|&(_, excused)| excused)
                     || !m.config.kinds.contains(&Kind::Permit)
                     || valid.len() <= usize::from(m.config.permits)
@@ -28,12 +33,30 @@ pub(super) fn properties() -> Vec<Property<Family>> {
                     .clients
                     .iter()
                     .enumerate()
+                    .filter(|&(i, _)| !m.is_plain(i as u8))
                     .filter_map(|(i, c)| c.valid(w.now).map(|(_, e)| (i, e)))
                     .collect();
                 valid.iter().any(|&(_, excused)| excused)
                     || valid.len() <= 1
                     || valid.iter().all(|&(i, _)| m.config.kinds[i] != Kind::Write)
             },
+        ),
+        Property::always("kinds never hold at once", |m: &Family, w: &FamWorld| {
+            let holds = |plain: bool| {
+                w.clients.iter().enumerate().any(|(i, c)| {
+                    m.is_plain(i as u8) == plain
+                        && c.valid(w.now).is_some_and(|(_, excused)| !excused)
+                })
+            };
+            !(holds(true) && holds(false))
+        }),
+        Property::always(
+            "a family waiter with a kept place is never overtaken by a plain lock",
+            |_, w: &FamWorld| !w.plain_overtook,
+        ),
+        Property::always(
+            "a family acquisition is never refused as another kind while its kind waits in line",
+            |_, w: &FamWorld| !w.family_refused,
         ),
         Property::always("fencing tokens strictly increase", |_, w: &FamWorld| {
             !w.fence_bad
@@ -115,6 +138,44 @@ pub(super) fn properties() -> Vec<Property<Family>> {
                         }
                     ) && w.server.forced.contains(&c.token(i as u8))
                 })
+            },
+        ),
+        Property::sometimes(
+            "a plain attempt refused as another kind while a family waiter is in line",
+            |_, w: &FamWorld| w.plain_refused,
+        ),
+        Property::sometimes(
+            "a family waiter woken by again: after a fast SET of a moment",
+            |_, w: &FamWorld| w.again_heard,
+        ),
+        Property::sometimes(
+            "a family waiter looks again past a fast SET of a moment",
+            |_, w: &FamWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        FamPhase::Acquiring {
+                            flight: Flight::Replied(FamAcq::Moment),
+                            ..
+                        }
+                    )
+                })
+            },
+        ),
+        Property::sometimes(
+            "a family attempt refused as another kind while a plain lock holds",
+            |m: &Family, w: &FamWorld| {
+                w.server.plain.is_some_and(|p| !p.fast)
+                    && w.clients.iter().enumerate().any(|(i, c)| {
+                        !m.is_plain(i as u8)
+                            && matches!(
+                                c.phase,
+                                FamPhase::Acquiring {
+                                    flight: Flight::Replied(FamAcq::WrongType),
+                                    ..
+                                }
+                            )
+                    })
             },
         ),
         Property::sometimes(

@@ -1,6 +1,7 @@
 //! The Redis keys of one semaphore or rw lock, as the family's scripts
 //! change them: holders, the line, the places and the fence.
 
+use super::plain::PlainKey;
 use crate::scripts::{Exp, GRACE, LEASE, Time, Tok};
 
 /// A holder's or waiter's kind (the letter in the hashes).
@@ -69,6 +70,9 @@ pub struct FamilyServer {
     /// from (a set, sorted here), gone at this tick.
     pub forced: Vec<Tok>,
     pub forced_exp: Option<Time>,
+    /// `P{K}:lock` as a plain lock's string instead of the holders hash
+    /// (one Redis key: never beside holders).
+    pub plain: Option<PlainKey>,
 }
 
 /// What family_acquire.lua answered.
@@ -78,6 +82,14 @@ pub enum FamAcq {
     Granted(u32),
     /// Not now: look again within this many ticks (-1: unknown).
     Busy(i32),
+    /// Not now: the key is a plain lock's string while the caller keeps a
+    /// place in line, or a waiter of this primitive is first in it (a fast
+    /// `SET` of a moment, which its script gives back, waking the first in
+    /// line with `again:`): look again within at most 100 ms (the key's
+    /// PTTL, at least 1 ms), less than a tick.
+    Moment,
+    /// `{-1, 1}`: the key is a plain lock's.
+    WrongType,
 }
 
 /// What family_release.lua answered.
@@ -91,6 +103,8 @@ pub enum FamRel {
     /// in line order: [`FamEffects::granted`], then `next:` for
     /// [`FamEffects::announced`]).
     Told,
+    /// -1: the key is a plain lock's string.
+    WrongType,
 }
 
 /// What a script did besides its reply.
@@ -125,6 +139,11 @@ pub fn may_go(
     }
 }
 
+/// family.lua's `same_family`: a permit is no share.
+pub fn same_family(a: Kind, b: Kind) -> bool {
+    (a == Kind::Permit) == (b == Kind::Permit)
+}
+
 /// Whether a holder of `kind` could be granted beside `holders` if nobody
 /// waited at all (the compatibility of the primitive, line aside).
 pub fn fits(kind: Kind, holders: &[Holder], permits: u8) -> bool {
@@ -156,10 +175,13 @@ impl FamilyServer {
             self.forced.clear();
             self.forced_exp = None;
         }
+        if self.plain.is_some_and(|p| p.exp <= now) {
+            self.plain = None;
+        }
     }
 
     /// An emptied hash or list is no key (and has no expiry).
-    fn tidy(&mut self) {
+    pub(crate) fn tidy(&mut self) {
         if self.holders.is_empty() {
             self.holders_exp = None;
         }
@@ -176,7 +198,7 @@ impl FamilyServer {
     }
 
     /// `HDEL places token ~token`: whether the place was there.
-    fn hdel_place(&mut self, token: Tok) -> bool {
+    pub(crate) fn hdel_place(&mut self, token: Tok) -> bool {
         let before = self.places.len();
         self.places.retain(|p| p.token != token);
         self.records.retain(|r| r.0 != token);
@@ -231,7 +253,9 @@ impl FamilyServer {
 
     /// family_acquire.lua. `floor` is the server clock (TIME in µs);
     /// `sent`, in line, the attempt's name (`ARGV[10]`: the tick it was
-    /// sent), written beside a busy reply's place.
+    /// sent), written beside a busy reply's place. Without `fixed`, the
+    /// script as it was before kinds were kept apart: a plain lock's key
+    /// is the wrong type even to a waiter with a place.
     #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
@@ -242,8 +266,25 @@ impl FamilyServer {
         now: Time,
         floor: u32,
         permits: u8,
+        fixed: bool,
     ) -> (FamAcq, FamEffects) {
         let mut effects = FamEffects::default();
+        if self.plain.is_some() {
+            // `live_holders` meets a string. While this primitive's waiters
+            // stand in its line (the caller, with its place field there,
+            // or whoever is first), it is a fast plain SET of a moment,
+            // which its script gives back: look again soon.
+            let mine = in_line && self.place(token).is_some();
+            let theirs = self
+                .line
+                .first()
+                .and_then(|&head| self.place(head))
+                .is_some_and(|p| same_family(p.kind, kind));
+            if fixed && (mine || theirs) {
+                return (FamAcq::Moment, effects);
+            }
+            return (FamAcq::WrongType, effects);
+        }
         let mut holders = self.live_holders(now);
         if let Some(h) = self.holders.iter_mut().find(|h| h.token == token) {
             // Ours already: a retried call. Same grant, lease from now.
@@ -348,6 +389,9 @@ impl FamilyServer {
         permits: u8,
     ) -> (FamRel, FamEffects) {
         let effects = FamEffects::default();
+        if self.plain.is_some() {
+            return (FamRel::WrongType, effects);
+        }
         match self.holders.iter().find(|h| h.token == token) {
             Some(h) if h.until > now => {}
             _ => return (FamRel::NotOurs, effects),
@@ -375,6 +419,9 @@ impl FamilyServer {
     /// the handing on stops there.
     pub fn wake(&mut self, now: Time, floor: u32, permits: u8) -> (FamRel, FamEffects) {
         let mut effects = FamEffects::default();
+        if self.plain.is_some() {
+            return (FamRel::WrongType, effects);
+        }
         let mut holders = self.live_holders(now);
         let mut line = self.live_line(now);
         while let Some(&head) = line.first() {
@@ -423,8 +470,12 @@ impl FamilyServer {
     }
 
     /// family_renew.lua's code: 1 renewed, 0 not ours, -2 not ours since
-    /// an operator's release (the forced marker names the token).
+    /// an operator's release (the forced marker names the token), -1 a
+    /// plain lock's key.
     pub fn renew_code(&mut self, token: Tok, now: Time) -> i64 {
+        if self.plain.is_some() {
+            return -1;
+        }
         match self.holders.iter_mut().find(|h| h.token == token) {
             Some(h) if h.until > now => {
                 h.until = now + LEASE;
@@ -470,8 +521,9 @@ impl FamilyServer {
             self.lrem(token);
         }
         self.tidy();
-        if !held && !placed {
-            return (false, effects);
+        // (A plain lock's key: `live_holders` fails, nobody is told.)
+        if !held && !placed || self.plain.is_some() {
+            return (held, effects);
         }
         let holders = self.live_holders(now);
         let line = self.live_line(now);

@@ -4,8 +4,8 @@
 use stateright::{Model, Property};
 
 use super::*;
-use crate::protocol::{Action, Flight};
-use crate::scripts::{LEASE, Time};
+use crate::protocol::{Action, FastStep, Flight};
+use crate::scripts::{FastReply, LEASE, SetNx, Time};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -34,10 +34,7 @@ impl Model for Family {
             epoch: 0,
             changed: None,
             faults: 0,
-            clients: self
-                .config
-                .kinds
-                .iter()
+            clients: (0..self.config.kinds.len() + usize::from(self.config.plain))
                 .map(|_| FamClient {
                     r#gen: 0,
                     phase: FamPhase::Idle,
@@ -53,6 +50,10 @@ impl Model for Family {
             max_issued: 0,
             fence_bad: false,
             overtaken: false,
+            plain_overtook: false,
+            plain_refused: false,
+            again_heard: false,
+            family_refused: false,
         }]
     }
 
@@ -62,6 +63,10 @@ impl Model for Family {
         for (i, cl) in w.clients.iter().enumerate() {
             let c = i as u8;
             if !cl.alive() {
+                continue;
+            }
+            if self.is_plain(c) {
+                self.plain_actions(w, c, faults, actions);
                 continue;
             }
             if cl.gate.seen != w.epoch {
@@ -171,6 +176,15 @@ impl Model for Family {
         let now = w.now;
         let permits = self.config.permits;
         match action {
+            Action::Start(c, _)
+            | Action::Apply(c)
+            | Action::Deliver(c)
+            | Action::Release(c)
+            | Action::Crash(c)
+                if self.is_plain(c) =>
+            {
+                self.plain_step(&mut w, c, action)?;
+            }
             Action::Start(c, in_line) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.r#gen += 1;
@@ -215,6 +229,11 @@ impl Model for Family {
                                     w.server.release(token, now, w.clock, permits);
                                 self.released(&mut w, &before, effects);
                                 (Flight::Replied(reply), giving)
+                            }
+                            // `HDEL` on a plain lock's key: refused, the
+                            // script is sent instead (and reports it).
+                            Giving::Hdel if w.server.plain.is_some() => {
+                                (Flight::Sent, Giving::Script)
                             }
                             Giving::Hdel => {
                                 let removed = w.server.hdel_holder(token);
@@ -282,6 +301,18 @@ impl Model for Family {
                                 renewing: None,
                             }
                         }
+                        // An error the caller is told at once.
+                        FamAcq::WrongType => FamPhase::Idle,
+                        // A fast plain key of a moment: its script wakes
+                        // the first in line (`again:`); else look again
+                        // soon (the next tick).
+                        FamAcq::Moment if !in_line => FamPhase::Idle,
+                        FamAcq::Moment => {
+                            cl.listening = true;
+                            FamPhase::Waiting {
+                                wake: Some(now + 1),
+                            }
+                        }
                         FamAcq::Busy(_) if !in_line => FamPhase::Idle,
                         FamAcq::Busy(sleep) => {
                             if cl.listening {
@@ -321,7 +352,7 @@ impl Model for Family {
                     } => {
                         let ours = match giving {
                             Giving::Wake { removed } => removed,
-                            _ => reply != FamRel::NotOurs,
+                            _ => matches!(reply, FamRel::Released | FamRel::Told),
                         };
                         if ours {
                             cl.gate.closed = None;
@@ -457,7 +488,7 @@ impl Model for Family {
                 self.announce(&mut w, effects);
             }
             Action::TakeGrant(c) => {
-                let lock_there = !w.server.holders.is_empty();
+                let lock_there = w.server.lock_exists();
                 let restarts = self.config.restarts;
                 let grace = self.config.restart_grace;
                 let cl = &mut w.clients[usize::from(c)];
@@ -515,6 +546,14 @@ fn canon(w: &mut FamWorld) {
             | FamPhase::Acquiring {
                 flight: Flight::Replied(FamAcq::Granted(fence)),
                 ..
+            }
+            | FamPhase::PlainFast {
+                step: FastStep::Replied(FastReply::Yes(fence)),
+                ..
+            }
+            | FamPhase::PlainAcquiring {
+                flight: Flight::Replied(PlainAcq::Granted(fence)),
+                ..
             } => values.push(fence),
             _ => {}
         }
@@ -543,8 +582,212 @@ fn canon(w: &mut FamWorld) {
             | FamPhase::Acquiring {
                 flight: Flight::Replied(FamAcq::Granted(fence)),
                 ..
+            }
+            | FamPhase::PlainFast {
+                step: FastStep::Replied(FastReply::Yes(fence)),
+                ..
+            }
+            | FamPhase::PlainAcquiring {
+                flight: Flight::Replied(PlainAcq::Granted(fence)),
+                ..
             } => *fence = rank(*fence),
             _ => {}
+        }
+    }
+}
+
+impl Family {
+    /// A plain client's actions: one-try acquisitions (the fast pipeline
+    /// or the script), release, and a crash among the client faults.
+    fn plain_actions(&self, w: &FamWorld, c: u8, faults: bool, actions: &mut Vec<Action>) {
+        let cl = &w.clients[usize::from(c)];
+        match cl.phase {
+            FamPhase::Idle if cl.r#gen < self.config.acquisitions => {
+                actions.push(Action::Start(c, false));
+            }
+            FamPhase::PlainFast {
+                step: FastStep::Sent | FastStep::Took,
+                ..
+            }
+            | FamPhase::PlainAcquiring {
+                flight: Flight::Sent,
+                ..
+            }
+            | FamPhase::PlainReleasing {
+                flight: Flight::Sent,
+            } => actions.push(Action::Apply(c)),
+            FamPhase::PlainFast {
+                step: FastStep::Replied(_),
+                ..
+            }
+            | FamPhase::PlainAcquiring {
+                flight: Flight::Replied(_),
+                ..
+            }
+            | FamPhase::PlainReleasing {
+                flight: Flight::Replied(_),
+            } => actions.push(Action::Deliver(c)),
+            FamPhase::Holding { .. } => actions.push(Action::Release(c)),
+            _ => {}
+        }
+        if faults && self.config.client_faults {
+            actions.push(Action::Crash(c));
+        }
+    }
+
+    /// A plain client's step (`None`: nothing to do).
+    fn plain_step(&self, w: &mut FamWorld, c: u8, action: Action) -> Option<()> {
+        let ci = usize::from(c);
+        let now = w.now;
+        let fixed = self.config.kinds_fixed;
+        let token = w.clients[ci].token(c);
+        let phase = match (action, w.clients[ci].phase) {
+            (Action::Start(..), _) => {
+                let cl = &mut w.clients[ci];
+                cl.r#gen += 1;
+                cl.issued = None;
+                if self.config.plain_fast {
+                    FamPhase::PlainFast {
+                        sent: now,
+                        step: FastStep::Sent,
+                    }
+                } else {
+                    FamPhase::PlainAcquiring {
+                        sent: now,
+                        claimed: false,
+                        flight: Flight::Sent,
+                    }
+                }
+            }
+            (
+                Action::Apply(_),
+                FamPhase::PlainFast {
+                    sent,
+                    step: FastStep::Sent,
+                },
+            ) => {
+                let step = match w.server.plain_set(token, now) {
+                    Some(SetNx::Took) => FastStep::Took,
+                    Some(SetNx::Taken) => FastStep::Replied(FastReply::Busy),
+                    // Its own key, or WRONGTYPE: the script decides.
+                    Some(SetNx::Own) | None => FastStep::Replied(FastReply::Resolve),
+                };
+                FamPhase::PlainFast { sent, step }
+            }
+            (
+                Action::Apply(_),
+                FamPhase::PlainFast {
+                    sent,
+                    step: FastStep::Took,
+                },
+            ) => {
+                let reply = w.server.plain_read(w.clock, fixed);
+                if let FastReply::Yes(fence) = reply {
+                    self.plain_granted(w, token, fence);
+                }
+                FamPhase::PlainFast {
+                    sent,
+                    step: FastStep::Replied(reply),
+                }
+            }
+            (
+                Action::Apply(_),
+                FamPhase::PlainAcquiring {
+                    sent,
+                    claimed,
+                    flight: Flight::Sent,
+                },
+            ) => {
+                let lined = !w.server.line.is_empty();
+                let (reply, effects) = w.server.plain_acquire(token, now, w.clock, claimed, fixed);
+                match reply {
+                    PlainAcq::Granted(fence) if effects.fresh => {
+                        self.plain_granted(w, token, fence)
+                    }
+                    PlainAcq::WrongType if lined => w.plain_refused = true,
+                    _ => {}
+                }
+                if let Some(next) = effects.again {
+                    let cl = &mut w.clients[usize::from(next.client)];
+                    if cl.token(next.client) == next && cl.alive() {
+                        cl.notified = true;
+                        if matches!(cl.phase, FamPhase::Waiting { .. }) {
+                            w.again_heard = true;
+                        }
+                    }
+                }
+                FamPhase::PlainAcquiring {
+                    sent,
+                    claimed,
+                    flight: Flight::Replied(reply),
+                }
+            }
+            (
+                Action::Apply(_),
+                FamPhase::PlainReleasing {
+                    flight: Flight::Sent,
+                },
+            ) => FamPhase::PlainReleasing {
+                flight: Flight::Replied(w.server.plain_release(token)),
+            },
+            (
+                Action::Deliver(_),
+                FamPhase::PlainFast {
+                    sent,
+                    step: FastStep::Replied(reply),
+                },
+            ) => match reply {
+                FastReply::Yes(fence) => self.plain_holds(w, c, fence, sent),
+                FastReply::Busy => FamPhase::Idle,
+                // The script in claimed mode, at once.
+                FastReply::Resolve => FamPhase::PlainAcquiring {
+                    sent,
+                    claimed: true,
+                    flight: Flight::Sent,
+                },
+            },
+            (
+                Action::Deliver(_),
+                FamPhase::PlainAcquiring {
+                    sent,
+                    flight: Flight::Replied(reply),
+                    ..
+                },
+            ) => match reply {
+                PlainAcq::Granted(fence) => self.plain_holds(w, c, fence, sent),
+                PlainAcq::Busy(_) | PlainAcq::WrongType => FamPhase::Idle,
+            },
+            (
+                Action::Deliver(_),
+                FamPhase::PlainReleasing {
+                    flight: Flight::Replied(_),
+                },
+            ) => FamPhase::Idle,
+            (Action::Release(_), FamPhase::Holding { .. }) => FamPhase::PlainReleasing {
+                flight: Flight::Sent,
+            },
+            (Action::Crash(_), _) => {
+                w.clients[ci].stray = None;
+                FamPhase::Dead
+            }
+            _ => return None,
+        };
+        w.clients[ci].phase = phase;
+        Some(())
+    }
+
+    /// A plain grant reaches its client: it holds for a lease from the
+    /// attempt's sending.
+    fn plain_holds(&self, w: &mut FamWorld, c: u8, fence: u32, sent: Time) -> FamPhase {
+        let cl = &mut w.clients[usize::from(c)];
+        if cl.issued.take() != Some(fence) {
+            w.fence_bad = true;
+        }
+        FamPhase::Holding {
+            fence,
+            valid: sent + LEASE,
+            excused: false,
+            renewing: None,
         }
     }
 }

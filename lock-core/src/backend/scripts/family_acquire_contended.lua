@@ -44,13 +44,24 @@ local publish = (ARGV[8] ~= '' and ARGV[8]) or 'PUBLISH'
 
 local holders = live_holders(KEYS[1], kind, now)
 if not holders then
-  -- A plain lock's key while the caller waits in this line: a fast plain
-  -- acquisition's SET of a moment (fast.rs), which its script gives back
-  -- at once, waking the first in line with 'again:' (acquire_contended.lua;
-  -- kinds never mix). The caller keeps its place and looks again then.
-  if tonumber(ARGV[5]) > 0 and redis.call('HEXISTS', places_key, token) == 1
-      and redis.call('TYPE', KEYS[1]).ok == 'string' then
-    return math.min(math.max(redis.call('PTTL', KEYS[1]), 1), 100)
+  -- A plain lock's key while this primitive's waiters stand in its line
+  -- (the caller, or whoever is first): a fast plain acquisition's SET of a
+  -- moment (fast.rs), which its script gives back at once, waking the first
+  -- in line with 'again:' (acquire_contended.lua; kinds never mix: no
+  -- plain lock is granted while a family waiter is first in line). The key
+  -- is still this primitive's: the caller keeps its place, if it has one,
+  -- and looks again then.
+  if redis.call('TYPE', KEYS[1]).ok == 'string' then
+    local ours = tonumber(ARGV[5]) > 0 and redis.call('HEXISTS', places_key, token) == 1
+    if not ours then
+      local first = redis.pcall('LINDEX', line_key, '0')
+      local place = type(first) == 'string' and redis.pcall('HGET', places_key, first)
+      ours = type(place) == 'string' and string.find(place, '^%a') ~= nil
+        and same_family(string.sub(place, 1, 1), kind)
+    end
+    if ours then
+      return math.min(math.max(redis.call('PTTL', KEYS[1]), 1), 100)
+    end
   end
   return {-1, 1}
 end
