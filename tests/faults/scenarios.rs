@@ -866,14 +866,8 @@ fn redlock_one_master_restart() {
 }
 
 /// With `appendfsync always` the locks and counters survive the restart.
-/// Long run only (CI's budget): the restarts without persistence above,
-/// which lose everything, are the harder case and stay in the bounded run.
 #[test]
 fn restart_with_aof() {
-    if !long_run() {
-        println!("faults (long run only: LEASEHOLD_FAULTS_LONG=1)");
-        return;
-    }
     let f = restarts(
         "restart_with_aof",
         mixed(),

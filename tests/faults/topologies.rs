@@ -160,10 +160,6 @@ fn sentinel_failover_synced() {
 #[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_unsynced() {
-    // Long run only: CI's budget (the synced failover runs there).
-    if skipped_unless_long() {
-        return;
-    }
     let name = "sentinel_failover_unsynced";
     let f = sentinel_unsynced(sentinel_plan(name, true), None);
     assert_fenced(name, &f);
@@ -186,13 +182,9 @@ fn sentinel_failover_unsynced() {
 /// failover a little later, still had its lease by its own clock
 /// (measured: up to 0.25 s of two holders, 1 to 10 writes by the late
 /// worker meanwhile; the old holder's body was dropped before it wrote).
-/// Long run only.
 #[cfg(feature = "sentinel")]
 #[test]
 fn sentinel_failover_unsynced_with_grace() {
-    if skipped_unless_long() {
-        return;
-    }
     let name = "sentinel_unsynced_grace";
     let f = sentinel_unsynced(sentinel_plan(name, true), Some(SENTINEL_TTL));
     assert_lost_in_the_failover(name, &f);
