@@ -58,6 +58,8 @@ fn client_faults() {
             "a retried acquire on its way for a lock already its own",
             "a lease ran out and another holds",
             "a waiter told that a release handed it the lock",
+            "a resent release finds its first try's work",
+            "a dead waiter's place in line",
         ],
     );
 }
@@ -178,7 +180,7 @@ fn a_holder_that_learns_late_of_a_failover() {
 }
 
 #[test]
-#[ignore = "a probe of the bounds: C, A, H, F, CF, R, FO, G, O, L from the environment"]
+#[ignore = "a probe of the bounds: C, A, H, F, CF, R, FO, G, O, L, LATE, FAST, OLD_* from the environment"]
 fn probe() {
     let v = |k: &str, d: u8| {
         std::env::var(k)
@@ -201,9 +203,50 @@ fn probe() {
             liveness: v("L", 0) == 1,
             late_changes: v("LATE", 0) == 1,
             fast: v("FAST", 0),
+            old_resend: v("OLD_RESEND", 0) == 1,
+            old_release: v("OLD_RELEASE", 0) == 1,
+            old_places: v("OLD_PLACES", 0) == 1,
         },
         &[],
     );
+}
+
+/// The shortest path to a state that breaks (or meets) the property named
+/// in `P`, under the bounds of `probe`'s variables.
+#[test]
+#[ignore = "a probe: the shortest path to property P under probe's bounds"]
+fn probe_discover() {
+    let v = |k: &str, d: u8| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let property: &'static str = std::env::var("P").expect("P: a property").leak();
+    let path = discover(
+        Config {
+            clients: v("C", 2),
+            acquisitions: v("A", 1),
+            horizon: v("H", 3),
+            faults: v("F", 0),
+            client_faults: v("CF", 1) == 1,
+            restarts: v("R", 0) == 1,
+            failovers: v("FO", 0) == 1,
+            restart_grace: v("G", 0) == 1,
+            one_try: v("O", 0) == 1,
+            liveness: false,
+            late_changes: v("LATE", 0) == 1,
+            fast: v("FAST", 0),
+            old_resend: v("OLD_RESEND", 0) == 1,
+            old_release: v("OLD_RELEASE", 0) == 1,
+            old_places: v("OLD_PLACES", 0) == 1,
+        },
+        property,
+    );
+    match path {
+        Some(path) => println!("probe: {property}: {} steps: {path:?}", path.len()),
+        None => println!("probe: {property}: not found"),
+    }
 }
 
 /// The fast path (fast.rs) for both clients' first attempts, with the
@@ -220,8 +263,70 @@ fn fast_path_client_faults() {
             one_try: true,
             ..base()
         },
-        &["a waiter in line while the lock is held"],
+        &[
+            "a waiter in line while the lock is held",
+            "a resend finds its lost grant while another waits in line",
+        ],
     );
+}
+
+/// The properties that describe the lost reply's resends and the dead
+/// waiter's cost, each shown to find the library as it was before them:
+/// with the old behaviour switched back on (`old_resend`: a lost fast or
+/// claimed reply resent in claimed mode; `old_release`: a resent release
+/// reports what it found; `old_places`: a place kept for the sleep and the
+/// grace, no keep-alive, a waiter handed its whole lease), the shortest
+/// path to a state that breaks each (its length printed).
+#[test]
+fn the_old_behaviours_break_the_new_properties() {
+    let faults = Config {
+        client_faults: true,
+        liveness: false,
+        ..base()
+    };
+    let cases = [
+        (
+            "resend in claimed mode",
+            Config {
+                fast: 2,
+                old_resend: true,
+                ..faults.clone()
+            },
+            "an owner is never told busy about its own lock",
+        ),
+        (
+            "a resent release reports what it found",
+            Config {
+                old_release: true,
+                ..faults.clone()
+            },
+            "a release is told NotHeld only when its first try did not release",
+        ),
+        (
+            "places kept for the sleep and the grace",
+            Config {
+                old_places: true,
+                ..faults.clone()
+            },
+            "a dead client's place lapses within the place life of its death",
+        ),
+        (
+            "a waiter handed its whole lease",
+            Config {
+                old_places: true,
+                ..faults.clone()
+            },
+            "a lock handed to a dead waiter lapses within the place life of its death",
+        ),
+    ];
+    for (what, config, property) in cases {
+        let path = discover(config, property)
+            .unwrap_or_else(|| panic!("{what}: the model does not find \"{property}\" broken"));
+        println!(
+            "model: {what}: \"{property}\" broken after {} steps: {path:?}",
+            path.len()
+        );
+    }
 }
 
 /// A defect the model found in the fast path (see docs/reliability.md):
