@@ -29,7 +29,6 @@ pub fn serves(model: &Protocol, start: &World) -> Result<(), String> {
         .map(|(i, _)| i)
         .collect();
     let mut served = vec![false; start.clients.len()];
-    let mut kept = vec![None; start.clients.len()];
     let mut w = start.clone();
     for _ in 0..MAX_STEPS {
         for (i, c) in w.clients.iter().enumerate() {
@@ -55,12 +54,9 @@ pub fn serves(model: &Protocol, start: &World) -> Result<(), String> {
         if w.now >= 200 {
             return Err(format!("still not served at tick 200: {w:?}"));
         }
-        let Some(action) = next_fair(model, &w, &kept) else {
+        let Some(action) = next_fair(model, &w) else {
             return Err(format!("stuck: {w:?}"));
         };
-        if let Action::KeepPlace(c) = action {
-            kept[usize::from(c)] = Some(w.now);
-        }
         w = model
             .next_state(&w, action)
             .ok_or_else(|| format!("{action:?} did nothing"))?;
@@ -72,7 +68,7 @@ pub fn serves(model: &Protocol, start: &World) -> Result<(), String> {
 
 /// The fair scheduler's next step: what is in flight goes on, holders
 /// release, waiters wake when they may, else time passes.
-fn next_fair(model: &Protocol, w: &World, kept: &[Option<crate::scripts::Time>]) -> Option<Action> {
+fn next_fair(model: &Protocol, w: &World) -> Option<Action> {
     let mut actions = Vec::new();
     model.actions(w, &mut actions);
     let pick = |wanted: &dyn Fn(&Action) -> bool| actions.iter().copied().find(|a| wanted(a));
@@ -97,18 +93,6 @@ fn next_fair(model: &Protocol, w: &World, kept: &[Option<crate::scripts::Time>])
                 }
             ),
             Action::Wake(_) => true,
-            _ => false,
-        })
-    })
-    .or_else(|| {
-        // Before time passes, a sleeping waiter keeps its place alive (once
-        // a tick: the library keeps it every third of the place life).
-        pick(&|a| match a {
-            Action::KeepPlace(c) => {
-                let i = usize::from(*c);
-                let token = w.clients[i].token(*c);
-                kept[i] != Some(w.now) && w.server.place(token).is_some_and(|until| until > w.now)
-            }
             _ => false,
         })
     })

@@ -255,9 +255,6 @@ pub enum Action {
     GiveUp(u8),
     /// A waiter wakes (told it is next, or its sleep ended) and tries.
     Wake(u8),
-    /// A sleeping waiter keeps its place alive (keep_place.lua; every third
-    /// of the place life in the library, at any moment here).
-    KeepPlace(u8),
     /// A waiter told that a release handed it the lock (`grant:`) takes it,
     /// valid from its last busy attempt's sending plus the ticks from that
     /// attempt's run to the grant (the announcement may be lost: `Wake`).
@@ -273,6 +270,9 @@ pub enum Action {
     /// this assumption, a holder that learns late of a failover that lost
     /// its last renewal still believes in a lease that the new server lets
     /// run out sooner: see README's Reliability section.)
+    /// First, every live sleeping waiter keeps its place alive (keep_place.lua:
+    /// the library sends it every third of the place life, here at the end of
+    /// each tick), and wakes when the script says so.
     Tick,
     /// The replica catches up.
     Replicate,

@@ -20,6 +20,11 @@ pub const GRACE: Time = 1;
 /// long. Shorter than [`LEASE`], as the library's 2 s are shorter than a
 /// lease of more than 2 s.
 pub const PLACE_LIFE: Time = 1;
+/// How long the model's keep-alive (keep_place.lua) keeps a place, in
+/// ticks from the tick it is sent in: the library keeps a place every third
+/// of the place life, so a live waiter's place never lapses; the model keeps
+/// it at the end of each tick, for the place life from then.
+pub const KEPT: Time = PLACE_LIFE + 1;
 /// The PTTL the model gives a key of [`Exp::Long`]: more than any bound.
 pub const LONG: i32 = 1000;
 

@@ -6,9 +6,34 @@
 use stateright::{Model, Property};
 
 use crate::protocol::*;
-use crate::scripts::{AcqReply, FastReply, LEASE, Mode, PLACE_LIFE, RelReply, Server, SetNx, Time};
+use crate::scripts::{
+    AcqReply, FastReply, KEPT, LEASE, Mode, PLACE_LIFE, RelReply, Server, SetNx, Time,
+};
 
 impl Protocol {
+    /// Every live sleeping waiter keeps its place (keep_place.lua, at the
+    /// end of the tick): woken when a shorter lease than the one it slept on
+    /// ends (a lease handed on for the place life), at once when its place
+    /// is gone (lapsed, or handed the lock) or the lock is free.
+    pub(crate) fn keep_places(w: &mut World) {
+        let now = w.now;
+        for (i, cl) in w.clients.iter_mut().enumerate() {
+            let token = cl.token(i as u8);
+            let Phase::Waiting { wake } = &mut cl.phase else {
+                continue;
+            };
+            let left = w.server.keep_place(token, now, KEPT);
+            *wake = match left {
+                -1 => *wake,
+                l if l >= 0 => {
+                    let ends = (i32::from(now) + l) as Time;
+                    Some(wake.map_or(ends, |t| t.min(ends)))
+                }
+                _ => Some(now),
+            };
+        }
+    }
+
     /// How a fast or claimed attempt is sent again after a lost reply.
     fn resend(&self) -> How {
         if self.config.old_resend {
@@ -139,9 +164,6 @@ impl Model for Protocol {
                     if cl.notified || wake.is_some_and(|t| t <= w.now) {
                         actions.push(Action::Wake(c));
                     }
-                    if !cfg.old_places {
-                        actions.push(Action::KeepPlace(c));
-                    }
                     // A lease longer than the place life is handed over for
                     // that life only: the next attempt finds it the
                     // waiter's and extends it (request.rs takes a grant
@@ -213,10 +235,7 @@ impl Model for Protocol {
         if w.replica.is_some()
             && matches!(
                 action,
-                Action::Apply(_)
-                    | Action::ApplyStray(_)
-                    | Action::LateAbandon(_)
-                    | Action::KeepPlace(_)
+                Action::Apply(_) | Action::ApplyStray(_) | Action::LateAbandon(_)
             )
         {
             // The replica has every write but (at most) this one: a
@@ -613,26 +632,7 @@ impl Model for Protocol {
                     first: None,
                 };
             }
-            Action::KeepPlace(c) => {
-                let ci = usize::from(c);
-                let token = w.clients[ci].token(c);
-                let left = w.server.keep_place(token, now, PLACE_LIFE);
-                let Phase::Waiting { wake } = &mut w.clients[ci].phase else {
-                    return None;
-                };
-                // Woken when a shorter lease than the one it slept on ends
-                // (a lease handed on for the place life); at once when the
-                // place is gone (lapsed, or handed the lock) or the lock is
-                // free.
-                *wake = match left {
-                    -1 => *wake,
-                    l if l >= 0 => {
-                        let ends = (i32::from(now) + l) as Time;
-                        Some(wake.map_or(ends, |t| t.min(ends)))
-                    }
-                    _ => Some(now),
-                };
-            }
+
             Action::SeeChange(c) => self.see_change(&mut w, c),
             Action::Crash(c) => {
                 let cl = &mut w.clients[usize::from(c)];
@@ -641,6 +641,11 @@ impl Model for Protocol {
                 cl.died = Some(now);
             }
             Action::Tick => {
+                // (The replica gets the keeps with its next copy: a
+                // failover before it restores the places as they were.)
+                if !self.config.old_places {
+                    Self::keep_places(&mut w);
+                }
                 w.now += 1;
                 let now = w.now;
                 w.server.expire(now);

@@ -30,9 +30,10 @@ use leasehold::__private::{
 };
 use leasehold_model::protocol::{FastStep, Flight, Phase, survival_shown};
 use leasehold_model::scripts::{
-    AcqReply, Exp, FastReply, GRACE, LEASE, Lease, Mode, PLACE_LIFE, RelReply, Server, SetNx, Tok,
+    AcqReply, Exp, FastReply, GRACE, KEPT, LEASE, Lease, Mode, PLACE_LIFE, RelReply, Server, SetNx,
+    Tok,
 };
-use leasehold_model::{Action, Config, Model, Protocol, World};
+use leasehold_model::{Action, Config, Model, Protocol, World, discover};
 use redis::{Connection, Script, Value};
 
 use crate::support::RedisServer;
@@ -143,7 +144,6 @@ fn kind(action: Action) -> &'static str {
         Action::GiveUp(_) => "GiveUp",
         Action::Wake(_) => "Wake",
         Action::TakeGrant(_) => "TakeGrant",
-        Action::KeepPlace(_) => "KeepPlace",
         Action::Renew(_) => "Renew",
         Action::Release(_) => "Release",
         Action::SeeChange(_) => "SeeChange",
@@ -535,6 +535,28 @@ impl Replay<'_> {
         call.invoke(self.con).expect("acquire.lua")
     }
 
+    /// keep_place.lua for `t`'s place, against the model's.
+    fn keep_place(&mut self, before: &World, t: Tok, step: &str) {
+        let real: i64 = Script::new(KEEP_PLACE_SOURCE)
+            .key(PLACES)
+            .key(LOCK)
+            .arg(token(t))
+            .arg(i64::from(KEPT) * TICK_MS)
+            .invoke(self.con)
+            .expect("keep_place.lua");
+        let model = before.server.clone().keep_place(t, before.now, KEPT);
+        if model >= 0 {
+            let want = i64::from(model) * TICK_MS;
+            assert!(
+                (real - want).abs() <= SLACK_MS,
+                "{step}: keep_place: the lease ends in {real} ms, the model says {want}"
+            );
+        } else {
+            assert_eq!(real, i64::from(model), "{step}: keep_place");
+        }
+        *self.fast.entry("keep_place.lua").or_default() += 1;
+    }
+
     /// The fast pipeline's first command: `SET lock token NX PX ttl GET`.
     fn fast_set(&mut self, t: Tok) -> SetNx {
         let ttl = i64::from(LEASE) * TICK_MS;
@@ -614,10 +636,7 @@ impl Replay<'_> {
         if before.replica.is_some()
             && matches!(
                 action,
-                Action::Apply(_)
-                    | Action::ApplyStray(_)
-                    | Action::LateAbandon(_)
-                    | Action::KeepPlace(_)
+                Action::Apply(_) | Action::ApplyStray(_) | Action::LateAbandon(_)
             )
         {
             // The replica has every write before this one (see the model's
@@ -797,27 +816,16 @@ impl Replay<'_> {
                     assert_eq!(real, vec![1], "{step}: the audit's renewal");
                 }
             }
-            Action::KeepPlace(c) => {
-                let t = before.clients[usize::from(c)].token(c);
-                let real: i64 = Script::new(KEEP_PLACE_SOURCE)
-                    .key(PLACES)
-                    .key(LOCK)
-                    .arg(token(t))
-                    .arg(i64::from(PLACE_LIFE) * TICK_MS)
-                    .invoke(self.con)
-                    .expect("keep_place.lua");
-                let model = before.server.clone().keep_place(t, now, PLACE_LIFE);
-                if model >= 0 {
-                    let want = i64::from(model) * TICK_MS;
-                    assert!(
-                        (real - want).abs() <= SLACK_MS,
-                        "{step}: keep_place: the lease ends in {real} ms, the model says {want}"
-                    );
-                } else {
-                    assert_eq!(real, i64::from(model), "{step}: keep_place");
+            Action::Tick => {
+                // Every live sleeping waiter keeps its place first (at the
+                // tick's end: the place life from then, sent now).
+                for (i, cl) in before.clients.iter().enumerate() {
+                    if matches!(cl.phase, Phase::Waiting { .. }) {
+                        self.keep_place(before, cl.token(i as u8), step);
+                    }
                 }
+                self.tick();
             }
-            Action::Tick => self.tick(),
             Action::Replicate => self.replicate(),
             Action::Restart => {
                 cmd(self.con, &["FLUSHDB"]);
@@ -903,8 +911,62 @@ fn the_scripts_do_what_the_model_says() {
             *covered.entry(k).or_default() += n;
         }
     }
+    // The checker's shortest paths to the rare states of the resends and
+    // the place life, replayed the same way.
+    let faults = Config {
+        clients: 2,
+        acquisitions: 1,
+        horizon: 4,
+        faults: 1,
+        client_faults: true,
+        ..Config::default()
+    };
+    let fast = Config {
+        fast: 2,
+        ..faults.clone()
+    };
+    let rare = [
+        (
+            &fast,
+            "a resend finds its lost grant while another waits in line",
+        ),
+        (&faults, "a resent release finds its first try's work"),
+        (&faults, "a dead waiter's place in line"),
+        (&faults, "a waiter told that a release handed it the lock"),
+    ];
+    for (config, what) in rare {
+        let path = discover(config.clone(), what).expect("a path to a rare state");
+        let model = Protocol {
+            config: config.clone(),
+        };
+        cmd(&mut con, &["FLUSHDB"]);
+        let mut replay = Replay {
+            con: &mut con,
+            copy: Copy::default(),
+            fences: Vec::new(),
+            told: BTreeMap::new(),
+            top: None,
+            fast: BTreeMap::new(),
+        };
+        let mut state = model.init_states().remove(0);
+        for (i, &action) in path.iter().enumerate() {
+            let next = model
+                .next_state(&state, action)
+                .expect("a step of the checker's path");
+            let step = format!("path to {what:?} step {i} {action:?}");
+            replay.step(&state, action, &next, &step);
+            replay.compare(&next, &step);
+            *covered.entry(kind(action)).or_default() += 1;
+            steps += 1;
+            state = next;
+        }
+        for (k, n) in replay.fast {
+            *covered.entry(k).or_default() += n;
+        }
+    }
     println!(
-        "conformance: {walks} walks, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+        "conformance: {walks} walks and {} paths of the checker, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+        rare.len(),
         started.elapsed()
     );
     let every = [
@@ -934,7 +996,7 @@ fn the_scripts_do_what_the_model_says() {
         "claimed acquire.lua",
         "resent acquire.lua",
         "resend finds its grant",
-        "KeepPlace",
+        "keep_place.lua",
         "handoff",
     ];
     let missing: Vec<&str> = every

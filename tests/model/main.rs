@@ -14,15 +14,34 @@ use leasehold_model::{Config, check, discover};
 
 /// Run one exhaustive check; fail with the counterexamples.
 fn model(name: &str, config: Config, reached: &[&str]) {
+    model_but(name, config, reached, &[]);
+}
+
+/// [`model`], but the `always` properties named in `known` (a defect the
+/// model found, with a test of its own) may break.
+fn model_but(name: &str, config: Config, reached: &[&str], known: &[&str]) {
     let summary = check(config, reached);
     println!(
         "model {name}: {} states ({} generated), depth {}, {:.1?}",
         summary.states, summary.generated, summary.depth, summary.took
     );
+    let failures: Vec<&String> = summary
+        .failures
+        .iter()
+        .filter(|f| {
+            !known
+                .iter()
+                .any(|k| f.starts_with(&format!("broken: {k}\n")))
+        })
+        .collect();
     assert!(
-        summary.failures.is_empty(),
+        failures.is_empty(),
         "model {name}:\n{}",
-        summary.failures.join("\n\n")
+        failures
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
     );
 }
 
@@ -251,11 +270,12 @@ fn probe_discover() {
 
 /// The fast path (fast.rs) for both clients' first attempts, with the
 /// client-side faults: the `SET NX` and the reads are two server steps,
-/// every other call may run between them; a lost reply is retried as the
-/// claimed script.
+/// every other call may run between them; a lost reply is resent in
+/// resent mode. (An owner told busy about its own lock: the defect of
+/// `a_resend_takes_back_a_grant_to_the_first_in_line`.)
 #[test]
 fn fast_path_client_faults() {
-    model(
+    model_but(
         "fast path, client faults",
         Config {
             fast: 2,
@@ -267,6 +287,37 @@ fn fast_path_client_faults() {
             "a waiter in line while the lock is held",
             "a resend finds its lost grant while another waits in line",
         ],
+        &[OWNER_TOLD_BUSY],
+    );
+}
+
+const OWNER_TOLD_BUSY: &str = "an owner is never told busy about its own lock";
+
+/// A defect the model found in resent mode (see docs/reliability.md): a
+/// waiter first in line is granted the lock by its claimed attempt, whose
+/// reply is lost; another waiter behind it last looked (its `~` field)
+/// before that grant, as a waiter that sleeps and keeps its place does, so
+/// the resend judges the key a fast `SET` made after someone stood in line,
+/// takes it back, and tells its owner busy: the owner loses its grant and
+/// goes to the end of the line, behind the waiter that came after it.
+/// Not a safety defect (the key is deleted before anyone else is granted
+/// it). The test fails once it is fixed: then `fast_path_client_faults`
+/// needs no exception.
+#[test]
+fn a_resend_takes_back_a_grant_to_the_first_in_line() {
+    let path = discover(
+        Config {
+            fast: 2,
+            client_faults: true,
+            liveness: false,
+            ..base()
+        },
+        OWNER_TOLD_BUSY,
+    )
+    .expect("the defect is fixed: drop the exception in fast_path_client_faults");
+    println!(
+        "model: an owner told busy about its own lock after {} steps: {path:?}",
+        path.len()
     );
 }
 

@@ -489,7 +489,7 @@ impl Model for Family {
                     renewing: None,
                 };
             }
-            Action::Replicate | Action::Failover | Action::LoseKey(_) | Action::KeepPlace(_) => {
+            Action::Replicate | Action::Failover | Action::LoseKey(_) => {
                 return None;
             }
         }
