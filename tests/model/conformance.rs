@@ -925,6 +925,11 @@ fn the_scripts_do_what_the_model_says() {
         fast: 2,
         ..faults.clone()
     };
+    let newcomers = Config {
+        acquisitions: 2,
+        horizon: 3,
+        ..fast.clone()
+    };
     let rare = [
         (
             &fast,
@@ -936,6 +941,7 @@ fn the_scripts_do_what_the_model_says() {
         // The defect the model found in resent mode: the real scripts take
         // the same path (the owner's grant taken back, busy).
         (&fast, "an owner is never told busy about its own lock"),
+        (&newcomers, "no waiter is overtaken by a later arrival"),
     ];
     for (config, what) in rare {
         let path = discover(config.clone(), what).expect("a path to a rare state");
