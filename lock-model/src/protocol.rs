@@ -430,6 +430,24 @@ pub(crate) fn canon(w: &mut World) {
     if let Some(r) = &mut w.replica {
         fix(r);
     }
+    // Ghosts that no property will read again are forgotten, so that states
+    // that differ only in them are one: the waiters ahead of a fast `SET`
+    // once the attempt is over, and a death's time once nothing of the
+    // dead token is left on the server or the replica.
+    let dead_keys = |s: &Server, t: Tok| {
+        s.place(t).is_some() || s.lock.is_some_and(|l| l.owner == t && l.handed)
+    };
+    for i in 0..w.clients.len() {
+        let t = w.clients[i].token(i as u8);
+        let left = dead_keys(&w.server, t) || w.replica.as_ref().is_some_and(|r| dead_keys(r, t));
+        let c = &mut w.clients[i];
+        if !left {
+            c.died = c.died.map(|_| 0);
+        }
+        if !matches!(c.phase, Phase::Fast { .. } | Phase::Acquiring { .. }) {
+            c.ahead.clear();
+        }
+    }
     for c in &mut w.clients {
         c.issued = c.issued.map(rank);
         c.grant = c.grant.map(|(f, from)| (rank(f), from));

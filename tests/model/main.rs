@@ -126,6 +126,7 @@ fn restart() {
     model(
         "restart",
         Config {
+            horizon: if long() { 4 } else { 3 },
             faults: 1,
             restarts: true,
             ..base()
@@ -144,6 +145,7 @@ fn restart_with_grace() {
     model(
         "restart with grace",
         Config {
+            horizon: if long() { 4 } else { 3 },
             faults: 1,
             restarts: true,
             restart_grace: true,
