@@ -25,7 +25,7 @@ pub use script::{AllReply, Takes, lock_all};
 use stateright::Model;
 
 use crate::protocol::{Action, Flight};
-use crate::scripts::{AcqReply, Server, Time, Tok};
+use crate::scripts::{AcqReply, Mode, Server, Time, Tok};
 
 #[derive(Clone, Debug)]
 pub struct AllConfig {
@@ -140,7 +140,8 @@ impl LockAll {
                     AllPhase::Acquiring { sent, .. } => sent,
                     _ => now,
                 };
-                let (reply, effects) = w.keys[k].acquire(token, true, now, floor, false, sent);
+                let (reply, effects) =
+                    w.keys[k].acquire(token, true, now, floor, Mode::Plain, sent, None);
                 let told = effects.announced.map(|t| (k, t)).into_iter().collect();
                 let reply = match reply {
                     AcqReply::Granted(f) => {

@@ -3,9 +3,16 @@
 //!
 //! - [`scripts`]: the Redis keys of one lock and the Lua scripts' logic on
 //!   them (`lock-core/src/backend/scripts/*.lua`, branch by branch);
-//! - [`protocol`]: clients (attempt, wait in line, hold with a validity
-//!   deadline, renew, release, abandon), the restart gate, the faults
-//!   as actions, and the properties;
+//! - [`protocol`]: clients (attempt, wait in line and keep the place
+//!   alive, hold with a validity deadline, renew, release, abandon, send a
+//!   call again after a lost reply as the library does), the restart gate,
+//!   the faults as actions, and the properties (among them: an owner is
+//!   never told busy about its own lock, a resent release is told NotHeld
+//!   only when its first try did not release, a dead waiter's place and a
+//!   lock handed to it lapse within the place life); `Config`'s `old_*`
+//!   flags switch back the library's behaviour before resent mode, the
+//!   resent release's rule and the place life, for the tests that show
+//!   each property finding it;
 //! - [`fair`]: liveness: from a state, a run without faults in which
 //!   holders keep releasing serves every waiter and leaves no key behind;
 //! - [`family`]: the semaphore and the read-write lock (the family's keys

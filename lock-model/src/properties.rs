@@ -4,7 +4,9 @@
 
 use stateright::Property;
 
-use crate::protocol::{Flight, Phase, Protocol, World, every_key_expires, exclusive, markers};
+use crate::protocol::{
+    Flight, Phase, Protocol, World, dead_lines, dead_places, every_key_expires, exclusive, markers,
+};
 use crate::scripts::LEASE;
 
 /// The properties of [`Protocol`], as `Model::properties` gives them.
@@ -35,6 +37,22 @@ pub(crate) fn properties() -> Vec<Property<Protocol>> {
             },
         ),
         Property::always(
+            "an owner is never told busy about its own lock",
+            |_, w: &World| !w.busy_own,
+        ),
+        Property::always(
+            "a release is told NotHeld only when its first try did not release",
+            |_, w: &World| !w.release_lied,
+        ),
+        Property::always(
+            "a dead client's place lapses within the place life of its death",
+            |_, w: &World| dead_places(w),
+        ),
+        Property::always(
+            "a lock handed to a dead waiter lapses within the place life of its death",
+            |_, w: &World| dead_lines(w),
+        ),
+        Property::always(
             "a fair run from here serves every waiter and leaves no key behind",
             |m, w: &World| !m.config.liveness || crate::fair::serves(m, w).is_ok(),
         ),
@@ -49,6 +67,43 @@ pub(crate) fn properties() -> Vec<Property<Protocol>> {
                     .any(|c| c.grant.is_some() && matches!(c.phase, Phase::Waiting { .. }))
             },
         ),
+        Property::sometimes(
+            "a resend finds its lost grant while another waits in line",
+            |_, w: &World| {
+                w.clients.iter().enumerate().any(|(i, c)| {
+                    matches!(
+                        c.phase,
+                        Phase::Acquiring {
+                            flight: Flight::Replied(crate::scripts::AcqReply::Granted(_)),
+                            mode: crate::scripts::Mode::Resent,
+                            ..
+                        }
+                    ) && w.server.line.iter().any(|t| t.client != i as u8)
+                })
+            },
+        ),
+        Property::sometimes(
+            "a resent release finds its first try's work",
+            |_, w: &World| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        Phase::Releasing {
+                            flight: Flight::Replied(crate::scripts::RelReply::NotOurs),
+                            resent: true,
+                            first: Some(true),
+                            ..
+                        }
+                    )
+                })
+            },
+        ),
+        Property::sometimes("a dead waiter's place in line", |_, w: &World| {
+            w.clients
+                .iter()
+                .enumerate()
+                .any(|(i, c)| c.died.is_some() && w.server.line.iter().any(|t| t.client == i as u8))
+        }),
         Property::sometimes("two waiters in line", |_, w: &World| {
             w.server.line.len() >= 2
         }),

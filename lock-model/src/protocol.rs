@@ -11,7 +11,7 @@
 
 mod calls;
 
-use crate::scripts::{AcqReply, FastReply, RelReply, Server, Time, Tok};
+use crate::scripts::{AcqReply, FastReply, Mode, RelReply, Server, Time, Tok};
 
 /// What may happen in a run.
 #[derive(Clone, Debug, Default)]
@@ -45,6 +45,24 @@ pub struct Config {
     /// Clients `0..fast` take the fast path (fast.rs) on the first attempt
     /// of each acquisition; the others (all, at 0) send the script only.
     pub fast: u8,
+    /// The library before resent mode: a fast or claimed attempt whose
+    /// reply was lost is sent again in claimed mode (off in the checks, on
+    /// to show the property that finds it).
+    pub old_resend: bool,
+    /// The library before the resent release's rule: a release resent
+    /// after a lost reply reports what the resend found.
+    pub old_release: bool,
+    /// The scripts before the place life (no `ARGV[10]`): a place is kept
+    /// for the sleep and the grace, nobody keeps it alive, and a release
+    /// hands a waiter its whole lease.
+    pub old_places: bool,
+}
+
+impl Config {
+    /// The place life the attempts send (`ARGV[10]`), if any.
+    pub fn place_life(&self) -> Option<Time> {
+        (!self.old_places).then_some(crate::scripts::PLACE_LIFE)
+    }
 }
 
 /// A request on the wire, or its reply.
@@ -79,8 +97,9 @@ pub enum Phase {
         in_line: bool,
         sent: Time,
         flight: Flight<AcqReply>,
-        /// acquire.lua in claimed mode (after a fast attempt).
-        claimed: bool,
+        /// acquire.lua's mode (claimed after a fast attempt, resent after
+        /// a lost reply of one).
+        mode: Mode,
     },
     /// The fast acquisition's pipeline (fast.rs), two server steps: the
     /// `SET NX`, then the reads (`GET fence`, `TIME`).
@@ -105,6 +124,16 @@ pub enum Phase {
     },
     Releasing {
         flight: Flight<RelReply>,
+        /// Sent again after an error (its first try's reply was lost, or
+        /// the request was).
+        resent: bool,
+        /// The lease's validity (the rule for a resend that finds it gone).
+        valid: Time,
+        /// The server epoch the lease was granted on, if the client saw
+        /// no change while it held it.
+        since: Option<u8>,
+        /// Ghost: what the first try that ran did (released or not).
+        first: Option<bool>,
     },
     Abandoning {
         flight: Flight<bool>,
@@ -145,8 +174,8 @@ pub struct Client {
     /// attempt's run to the grant).
     pub grant: Option<(u32, Time)>,
     /// An acquire of an abandoned token still on the wire (`in_line`,
-    /// claimed).
-    pub stray: Option<(Tok, bool, bool, Time)>,
+    /// the mode, the sending).
+    pub stray: Option<(Tok, bool, Mode, Time)>,
     pub gate: Gate,
     /// Ghost: the fence the server issued to the current token.
     pub issued: Option<u32>,
@@ -154,6 +183,11 @@ pub struct Client {
     /// before it, found after it): only such a lease's release leaves the
     /// survival mark (gate.rs `survival_mark`).
     pub across: bool,
+    /// Ghost: when it crashed.
+    pub died: Option<Time>,
+    /// Ghost: the waiters that kept a place in line when this
+    /// acquisition's fast `SET` took the lock (they came before it).
+    pub ahead: Vec<Tok>,
 }
 
 impl Client {
@@ -196,6 +230,13 @@ pub struct World {
     pub fence_bad: bool,
     /// Ghost: a grant went to one that came after a waiter still in line.
     pub overtaken: bool,
+    /// Ghost: acquire.lua answered busy to the token whose granted lease
+    /// (not an undecided fast `SET`) the lock key held when it ran.
+    pub busy_own: bool,
+    /// Ghost: a release was told its lease was not held although its first
+    /// try released it, while its validity had not passed and the server
+    /// had not changed.
+    pub release_lied: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -229,6 +270,9 @@ pub enum Action {
     /// this assumption, a holder that learns late of a failover that lost
     /// its last renewal still believes in a lease that the new server lets
     /// run out sooner: see README's Reliability section.)
+    /// First, every live sleeping waiter keeps its place alive (keep_place.lua:
+    /// the library sends it every third of the place life, here at the end of
+    /// each tick), and wakes when the script says so.
     Tick,
     /// The replica catches up.
     Replicate,
@@ -309,6 +353,9 @@ pub(crate) enum How {
     Script,
     /// acquire.lua in claimed mode (after a fast attempt).
     Claimed,
+    /// acquire.lua in resent mode (a fast or claimed attempt sent again
+    /// after its reply was lost).
+    Resent,
     /// The fast pipeline.
     Fast,
 }
@@ -383,6 +430,24 @@ pub(crate) fn canon(w: &mut World) {
     if let Some(r) = &mut w.replica {
         fix(r);
     }
+    // Ghosts that no property will read again are forgotten, so that states
+    // that differ only in them are one: the waiters ahead of a fast `SET`
+    // once the attempt is over, and a death's time once nothing of the
+    // dead token is left on the server or the replica.
+    let dead_keys = |s: &Server, t: Tok| {
+        s.place(t).is_some() || s.lock.is_some_and(|l| l.owner == t && l.handed)
+    };
+    for i in 0..w.clients.len() {
+        let t = w.clients[i].token(i as u8);
+        let left = dead_keys(&w.server, t) || w.replica.as_ref().is_some_and(|r| dead_keys(r, t));
+        let c = &mut w.clients[i];
+        if !left {
+            c.died = c.died.map(|_| 0);
+        }
+        if !matches!(c.phase, Phase::Fast { .. } | Phase::Acquiring { .. }) {
+            c.ahead.clear();
+        }
+    }
     for c in &mut w.clients {
         c.issued = c.issued.map(rank);
         c.grant = c.grant.map(|(f, from)| (rank(f), from));
@@ -410,7 +475,7 @@ pub(crate) fn fail(phase: &mut Phase) {
             renewing: Some((_, flight)),
             ..
         } => *flight = Flight::Failed,
-        Phase::Releasing { flight } => *flight = Flight::Failed,
+        Phase::Releasing { flight, .. } => *flight = Flight::Failed,
         Phase::Abandoning { flight } => *flight = Flight::Failed,
         _ => {}
     }
@@ -424,6 +489,29 @@ pub fn exclusive(w: &World) -> bool {
     valid
         .iter()
         .all(|&(fence, excused)| excused || valid.iter().all(|&(other, _)| other >= fence))
+}
+
+/// A dead client's place in line is kept no longer than the place life
+/// from its death: the line goes on without it that soon.
+pub fn dead_places(w: &World) -> bool {
+    w.clients.iter().enumerate().all(|(i, c)| {
+        let Some(died) = c.died else { return true };
+        let token = c.token(i as u8);
+        w.server
+            .place(token)
+            .is_none_or(|kept| kept <= died + crate::scripts::PLACE_LIFE)
+    })
+}
+
+/// A lock a release handed to a waiter that is dead now (and that nobody
+/// extended since) lapses no later than the place life after its death.
+pub fn dead_lines(w: &World) -> bool {
+    let Some(l) = w.server.lock.filter(|l| l.handed) else {
+        return true;
+    };
+    let c = &w.clients[usize::from(l.owner.client)];
+    let Some(died) = c.died else { return true };
+    c.token(l.owner.client) != l.owner || l.exp <= died + crate::scripts::PLACE_LIFE
 }
 
 /// No key of the lock would stay forever.

@@ -14,6 +14,17 @@ pub const LEASE: Time = 2;
 /// How much longer a waiter's place is kept than the sleep it was told
 /// (`PLACE_GRACE`, `ARGV[4]` of acquire), in ticks.
 pub const GRACE: Time = 1;
+/// The place life (`PLACE_LIFE`, `ARGV[10]` of acquire), in ticks: a
+/// waiter's place lapses that soon unless its client keeps it
+/// (keep_place.lua), and a release hands a waiter a lease of at most that
+/// long. Shorter than [`LEASE`], as the library's 2 s are shorter than a
+/// lease of more than 2 s.
+pub const PLACE_LIFE: Time = 1;
+/// How long the model's keep-alive (keep_place.lua) keeps a place, in
+/// ticks from the tick it is sent in: the library keeps a place every third
+/// of the place life, so a live waiter's place never lapses; the model keeps
+/// it at the end of each tick, for the place life from then.
+pub const KEPT: Time = PLACE_LIFE + 1;
 /// The PTTL the model gives a key of [`Exp::Long`]: more than any bound.
 pub const LONG: i32 = 1000;
 
@@ -60,6 +71,9 @@ pub struct LockVal {
     /// have not found it a grant): not a lease, and without the line
     /// marker even when someone waits in line.
     pub fast: bool,
+    /// Ghost: handed to a waiter by a release, and not extended since by
+    /// its owner (an attempt that found it its own, or a renewal).
+    pub handed: bool,
 }
 
 /// The fence key: the last fencing token, with the line marker or not.
@@ -75,9 +89,11 @@ pub struct FenceVal {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lease {
     /// Waiting: its last attempt ran at the first tick and was sent at the
-    /// second (`ARGV[9]`, the attempt's name; the lease length and the
-    /// fence's life are the model's constants).
-    Waiting(Time, Time),
+    /// second (`ARGV[9]`, the attempt's name), and a release hands it a
+    /// lease of the third (ticks: the lease asked for, at most the place
+    /// life when the attempt named one; the fence's life is the model's
+    /// constant).
+    Waiting(Time, Time, Time),
     /// The grant record: a release handed it the lock.
     Granted,
 }
@@ -100,6 +116,24 @@ pub struct Server {
     /// The survival mark (`P{K}:survived`), gone at this tick, and its
     /// value: the server epoch (`run_id`) its writer knew.
     pub survived: Option<(Time, u8)>,
+}
+
+/// acquire.lua's `ARGV[6]`: how the call treats a key that holds the
+/// caller's own token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Absent or '0': the key is the caller's (a retried call after a lost
+    /// reply, or a release's handoff).
+    Plain,
+    /// '1', claimed mode (after a fast attempt): the key is taken back and
+    /// decided again, unless a release handed it over.
+    Claimed,
+    /// '2', resent mode (a fast or claimed attempt sent again after its
+    /// reply was lost): as claimed, but the key stays the caller's when it
+    /// was its first attempt's grant as the script judges it (nobody in
+    /// line, the caller first, or the first in line last looked no earlier
+    /// than the key was set).
+    Resent,
 }
 
 /// What acquire.lua answered.
@@ -293,6 +327,7 @@ impl Server {
                     marked: false,
                     exp: now + LEASE,
                     fast: true,
+                    handed: false,
                 });
                 SetNx::Took
             }
@@ -315,9 +350,12 @@ impl Server {
     }
 
     /// acquire.lua. `floor` is the server clock (`ARGV[5]` = 0); `grace`
-    /// is `ARGV[4]` (0: one try); `claimed`: `ARGV[6]` = '1' (after a fast
-    /// attempt: the caller's own key is taken back first); `sent`: when
-    /// the attempt was sent (`ARGV[9]`, written with a place).
+    /// is `ARGV[4]` (0: one try); `mode`: `ARGV[6]` (claimed or resent
+    /// after a fast attempt: the caller's own key is taken back first,
+    /// unless resent finds it the first attempt's grant); `sent`: when the
+    /// attempt was sent (`ARGV[9]`, written with a place); `life`: the place
+    /// life (`ARGV[10]`; `None`: the place is kept for the sleep and the
+    /// grace, as `lock_all` and the scripts before it keep it).
     #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
@@ -325,21 +363,38 @@ impl Server {
         in_line: bool,
         now: Time,
         floor: u32,
-        claimed: bool,
+        mode: Mode,
         sent: Time,
+        life: Option<Time>,
     ) -> (AcqReply, Effects) {
         let out = 'script: {
             let mut effects = Effects::default();
             let mut head: Option<Option<Tok>> = None;
-            // Claimed mode: the caller's fast key goes, remembering whether a
-            // waiter marked it (it sleeps on its lease).
+            // Claimed or resent mode: the caller's fast key goes, remembering
+            // whether a waiter marked it (it sleeps on its lease), unless
+            // resent mode finds it the first attempt's grant (`resumed`).
             let mut seen = false;
-            if claimed
+            let mut resumed = false;
+            if mode != Mode::Plain
                 && let Some(l) = self.lock.filter(|l| l.owner == token)
                 && self.lease(token) != Some(Lease::Granted)
             {
+                if mode == Mode::Resent {
+                    resumed = match self.line.first() {
+                        None => true,
+                        Some(&first) if first == token => true,
+                        // When the first in line last looked, against
+                        // when the key was set (its lease less its PTTL).
+                        Some(&first) => match self.lease(first) {
+                            Some(Lease::Waiting(looked, _, _)) => {
+                                i32::from(looked) >= i32::from(l.exp) - i32::from(LEASE)
+                            }
+                            _ => false,
+                        },
+                    };
+                }
                 self.lock = None;
-                seen = l.marked;
+                seen = l.marked && !resumed;
             }
             if self.lock.is_none() {
                 // SET NX PX.
@@ -348,6 +403,7 @@ impl Server {
                     marked: false,
                     exp: now + LEASE,
                     fast: false,
+                    handed: false,
                 });
                 // SET fence floor PX .. GET.
                 let old = self.fence.replace(FenceVal {
@@ -377,7 +433,7 @@ impl Server {
                 }
                 let first = self.first_in_line(token, now);
                 head = Some(first);
-                if first.is_some_and(|h| h != token) {
+                if first.is_some_and(|h| h != token) && !resumed {
                     // Someone waits before us: undo (the counter goes back).
                     self.lock = None;
                     self.mark_fence(last.unwrap_or(0));
@@ -386,7 +442,8 @@ impl Server {
                     }
                     // ... and on to "not now" below.
                 } else {
-                    if first.is_some() {
+                    // (Resumed, another may be first: its place stays.)
+                    if first == Some(token) {
                         self.lpop();
                         self.remove_place(token);
                         self.remove_lease(token);
@@ -399,6 +456,7 @@ impl Server {
                             marked: true,
                             exp: now + LEASE,
                             fast: false,
+                            handed: false,
                         });
                     } else {
                         plain(self);
@@ -417,6 +475,7 @@ impl Server {
                 self.tidy();
                 self.lock = Some(LockVal {
                     exp: now + LEASE,
+                    handed: false,
                     ..l
                 });
                 return (
@@ -434,7 +493,7 @@ impl Server {
                 }
             }
             if in_line {
-                self.wait_in_line(token, now, sleep, Some(sent));
+                self.wait_in_line(token, now, sleep, Some(sent), life);
             }
             (AcqReply::Busy(sleep), effects)
         };
@@ -447,29 +506,46 @@ impl Server {
     /// line and the places live that long, put the markers on the fence
     /// key (living at least as long) and on the holder's value.
     /// With `sent` (acquire.lua, not lock_all.lua), the place's `~` field
-    /// says when this attempt ran and when it was sent.
-    pub(crate) fn wait_in_line(&mut self, token: Tok, now: Time, sleep: i32, sent: Option<Time>) {
+    /// says when this attempt ran and when it was sent. With a place `life`
+    /// (`ARGV[10]`), the place is kept for at most that long (the line and
+    /// the places key still live for the sleep and the grace), and the
+    /// lease a release would hand this waiter is at most that long.
+    pub(crate) fn wait_in_line(
+        &mut self,
+        token: Tok,
+        now: Time,
+        sleep: i32,
+        sent: Option<Time>,
+        life: Option<Time>,
+    ) {
         let (value, counter_marked) = match self.fence {
             Some(f) => (f.value, f.marked),
             None => (0, false),
         };
         let keep = sleep.max(0) + i32::from(GRACE);
         let until = (i32::from(now) + keep) as Time;
+        let (place, lease) = match life {
+            Some(life) => (
+                (i32::from(now) + keep.min(i32::from(life))) as Time,
+                LEASE.min(life),
+            ),
+            None => (until, LEASE),
+        };
         // HSET: a new field takes a place at the end of the line.
         if let Some(slot) = self.places.iter_mut().find(|(t, _)| *t == token) {
-            slot.1 = until;
+            slot.1 = place;
         } else {
             if self.places.is_empty() {
                 self.places_exp = Some(Exp::Persist);
             }
-            self.places.push((token, until));
+            self.places.push((token, place));
             if self.line.is_empty() {
                 self.line_exp = Some(Exp::Persist);
             }
             self.line.push(token);
         }
         if let Some(sent) = sent {
-            self.set_lease(token, Lease::Waiting(now, sent));
+            self.set_lease(token, Lease::Waiting(now, sent, lease));
         }
         if self.line_pttl(now) < keep {
             self.line_exp = Some(Exp::At(until));
@@ -530,9 +606,11 @@ impl Server {
 
     /// release.lua's `hand_on`: the first kept place in line (lapsed ones
     /// dropped), if its `~` field says it waits, gets the lock with its
-    /// lease and a new fence (above the last, at least `floor`); its place
-    /// goes and its field becomes the grant record. The waiter, the fence,
-    /// and the ticks since its last attempt ran.
+    /// lease (as its field says: at most the place life when its attempt
+    /// named one) and a new fence (above the last, at least `floor`); its
+    /// place goes and its field becomes the grant record. The waiter, the
+    /// fence, the ticks since its last attempt ran, and that attempt's
+    /// sending.
     fn hand_on(&mut self, now: Time, floor: u32) -> Option<(Tok, u32, Time, Time)> {
         let mut head = None;
         while let Some(&first) = self.line.first() {
@@ -546,7 +624,7 @@ impl Server {
         }
         self.tidy();
         let head = head?;
-        let Some(Lease::Waiting(seen, sent)) = self.lease(head) else {
+        let Some(Lease::Waiting(seen, sent, ttl)) = self.lease(head) else {
             return None;
         };
         let fence = match self.fence.map(|f| f.value) {
@@ -560,8 +638,9 @@ impl Server {
         self.lock = Some(LockVal {
             owner: head,
             marked,
-            exp: now + LEASE,
+            exp: now + ttl,
             fast: false,
+            handed: true,
         });
         self.fence = Some(FenceVal {
             value: fence,
@@ -578,11 +657,26 @@ impl Server {
             Some(l) if l.owner == token => {
                 self.lock = Some(LockVal {
                     exp: now + LEASE,
+                    handed: false,
                     ..l
                 });
                 true
             }
             _ => false,
+        }
+    }
+
+    /// keep_place.lua for a plain waiter's place: kept `life` from now if
+    /// it is there and not lapsed (then the lock's PTTL: -2 when free), else
+    /// -3 (look again at once). The line and the places key keep their
+    /// expiry.
+    pub fn keep_place(&mut self, token: Tok, now: Time, life: Time) -> i32 {
+        match self.places.iter_mut().find(|(t, _)| *t == token) {
+            Some(slot) if slot.1 > now => {
+                slot.1 = now + life;
+                self.lock.map_or(-2, |l| i32::from(l.exp) - i32::from(now))
+            }
+            _ => -3,
         }
     }
 

@@ -6,7 +6,43 @@
 use stateright::{Model, Property};
 
 use crate::protocol::*;
-use crate::scripts::{AcqReply, FastReply, LEASE, RelReply, Server, SetNx, Time};
+use crate::scripts::{
+    AcqReply, FastReply, KEPT, LEASE, Mode, PLACE_LIFE, RelReply, Server, SetNx, Time,
+};
+
+impl Protocol {
+    /// Every live sleeping waiter keeps its place (keep_place.lua, at the
+    /// end of the tick): woken when a shorter lease than the one it slept on
+    /// ends (a lease handed on for the place life), at once when its place
+    /// is gone (lapsed, or handed the lock) or the lock is free.
+    pub(crate) fn keep_places(w: &mut World) {
+        let now = w.now;
+        for (i, cl) in w.clients.iter_mut().enumerate() {
+            let token = cl.token(i as u8);
+            let Phase::Waiting { wake } = &mut cl.phase else {
+                continue;
+            };
+            let left = w.server.keep_place(token, now, KEPT);
+            *wake = match left {
+                -1 => *wake,
+                l if l >= 0 => {
+                    let ends = (i32::from(now) + l) as Time;
+                    Some(wake.map_or(ends, |t| t.min(ends)))
+                }
+                _ => Some(now),
+            };
+        }
+    }
+
+    /// How a fast or claimed attempt is sent again after a lost reply.
+    fn resend(&self) -> How {
+        if self.config.old_resend {
+            How::Claimed
+        } else {
+            How::Resent
+        }
+    }
+}
 
 impl Model for Protocol {
     type State = World;
@@ -33,11 +69,15 @@ impl Model for Protocol {
                     gate: Gate::default(),
                     issued: None,
                     across: false,
+                    died: None,
+                    ahead: Vec::new(),
                 })
                 .collect(),
             max_issued: 0,
             fence_bad: false,
             overtaken: false,
+            busy_own: false,
+            release_lied: false,
         }]
     }
 
@@ -73,7 +113,7 @@ impl Model for Protocol {
                     renewing: Some((_, flight)),
                     ..
                 } => Some((stage(&flight), false)),
-                Phase::Releasing { flight } => Some((stage(&flight), true)),
+                Phase::Releasing { flight, .. } => Some((stage(&flight), true)),
                 Phase::Abandoning { flight } => Some((stage(&flight), true)),
                 _ => None,
             };
@@ -124,7 +164,12 @@ impl Model for Protocol {
                     if cl.notified || wake.is_some_and(|t| t <= w.now) {
                         actions.push(Action::Wake(c));
                     }
-                    if cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
+                    // A lease longer than the place life is handed over for
+                    // that life only: the next attempt finds it the
+                    // waiter's and extends it (request.rs takes a grant
+                    // without asking only for a lease within the life).
+                    if (cfg.old_places || LEASE <= PLACE_LIFE)
+                        && cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
                         && cl.gate.seen == w.epoch
                         && cl.gate.young.is_none_or(|y| y <= w.now)
                     {
@@ -205,6 +250,7 @@ impl Model for Protocol {
                 cl.issued = None;
                 cl.across = false;
                 cl.grant = None;
+                cl.ahead.clear();
                 let how = if c < self.config.fast {
                     How::Fast
                 } else {
@@ -219,15 +265,15 @@ impl Model for Protocol {
                     Phase::Acquiring {
                         in_line,
                         sent,
-                        claimed,
+                        mode,
                         ..
                     } => {
-                        let reply = self.run_acquire(&mut w, token, in_line, claimed, sent);
+                        let reply = self.run_acquire(&mut w, (token, in_line, mode, sent), false);
                         w.clients[ci].phase = Phase::Acquiring {
                             in_line,
                             sent,
                             flight: Flight::Replied(reply),
-                            claimed,
+                            mode,
                         };
                     }
                     Phase::Fast {
@@ -236,7 +282,11 @@ impl Model for Protocol {
                         step: FastStep::Sent,
                     } => {
                         let step = match w.server.set_nx(token, now) {
-                            SetNx::Took => FastStep::Took,
+                            SetNx::Took => {
+                                let ahead = self.waiting(&w);
+                                w.clients[ci].ahead = ahead;
+                                FastStep::Took
+                            }
                             SetNx::Own => FastStep::Replied(FastReply::Resolve),
                             SetNx::Taken => FastStep::Replied(FastReply::Busy),
                         };
@@ -272,7 +322,13 @@ impl Model for Protocol {
                             renewing: Some((sent, Flight::Replied(ok))),
                         };
                     }
-                    Phase::Releasing { .. } => {
+                    Phase::Releasing {
+                        resent,
+                        valid,
+                        since,
+                        first,
+                        ..
+                    } => {
                         let mark = w.clients[ci].release_mark(now);
                         let before = w.server.clone();
                         let (reply, effects) = w.server.release(token, now, mark, w.clock);
@@ -282,6 +338,10 @@ impl Model for Protocol {
                         self.announce(&mut w, effects);
                         w.clients[ci].phase = Phase::Releasing {
                             flight: Flight::Replied(reply),
+                            resent,
+                            valid,
+                            since,
+                            first: first.or(Some(reply != RelReply::NotOurs)),
                         };
                     }
                     Phase::Abandoning { .. } => {
@@ -305,8 +365,8 @@ impl Model for Protocol {
             }
             Action::ApplyStray(c) => {
                 let ci = usize::from(c);
-                let (token, in_line, claimed, sent) = w.clients[ci].stray.take()?;
-                self.run_acquire(&mut w, token, in_line, claimed, sent);
+                let stray = w.clients[ci].stray.take()?;
+                self.run_acquire(&mut w, stray, true);
             }
             Action::Deliver(c) => {
                 let cl = &mut w.clients[usize::from(c)];
@@ -340,7 +400,7 @@ impl Model for Protocol {
                             in_line,
                             sent,
                             flight: Flight::Sent,
-                            claimed: true,
+                            mode: Mode::Claimed,
                         },
                     },
                     Phase::Acquiring {
@@ -396,8 +456,22 @@ impl Model for Protocol {
                     }
                     Phase::Releasing {
                         flight: Flight::Replied(reply),
+                        resent,
+                        valid,
+                        since,
+                        first,
                     } => {
-                        if reply != RelReply::NotOurs {
+                        // A resend that finds the lease gone, while it is
+                        // valid and the server is the one that granted it,
+                        // finds its first try's work (release.rs
+                        // `resent_outcome`; the model has no operator).
+                        let trusted = now < valid && since == Some(w.epoch);
+                        let released = reply != RelReply::NotOurs
+                            || (resent && trusted && !self.config.old_release);
+                        if !released && first == Some(true) && trusted {
+                            w.release_lied = true;
+                        }
+                        if released {
                             cl.gate.closed = None;
                         }
                         Phase::Idle
@@ -414,16 +488,26 @@ impl Model for Protocol {
             Action::Retry(c) => {
                 let ci = usize::from(c);
                 match w.clients[ci].phase {
-                    Phase::Acquiring {
-                        in_line, claimed, ..
-                    } => {
-                        let how = if claimed { How::Claimed } else { How::Script };
+                    // Sent again at once after a broken connection
+                    // (`settle`): a fast or claimed attempt in resent mode,
+                    // the plain script as it was. A resend that fails too
+                    // is the waiter's next attempt (request.rs): the fast
+                    // path again while the waiter does not listen yet, else
+                    // claimed.
+                    Phase::Acquiring { in_line, mode, .. } => {
+                        let how = match mode {
+                            Mode::Plain => How::Script,
+                            Mode::Claimed => self.resend(),
+                            Mode::Resent if w.clients[ci].listening => How::Claimed,
+                            Mode::Resent => How::Fast,
+                        };
                         self.send_acquire(&mut w, c, in_line, how)
                     }
-                    // Sent again as the script, claimed: the pipeline may
-                    // have got through.
+                    // Sent again as the script: the pipeline may have got
+                    // through.
                     Phase::Fast { in_line, .. } => {
-                        self.send_acquire(&mut w, c, in_line, How::Claimed)
+                        let how = self.resend();
+                        self.send_acquire(&mut w, c, in_line, how)
                     }
                     Phase::Holding {
                         fence,
@@ -438,9 +522,18 @@ impl Model for Protocol {
                             renewing: None,
                         }
                     }
-                    Phase::Releasing { .. } => {
+                    Phase::Releasing {
+                        valid,
+                        since,
+                        first,
+                        ..
+                    } => {
                         w.clients[ci].phase = Phase::Releasing {
                             flight: Flight::Sent,
+                            resent: true,
+                            valid,
+                            since,
+                            first,
                         }
                     }
                     Phase::Abandoning { .. } => {
@@ -510,11 +603,11 @@ impl Model for Protocol {
                 if let Phase::Acquiring {
                     in_line,
                     flight: Flight::Sent,
-                    claimed,
+                    mode,
                     sent,
                 } = cl.phase
                 {
-                    cl.stray = Some((token, in_line, claimed, sent));
+                    cl.stray = Some((token, in_line, mode, sent));
                 }
                 cl.phase = Phase::Abandoning {
                     flight: Flight::Sent,
@@ -527,17 +620,32 @@ impl Model for Protocol {
                 }
             }
             Action::Release(c) => {
-                w.clients[usize::from(c)].phase = Phase::Releasing {
+                let cl = &mut w.clients[usize::from(c)];
+                let Phase::Holding { valid, .. } = cl.phase else {
+                    return None;
+                };
+                cl.phase = Phase::Releasing {
                     flight: Flight::Sent,
+                    resent: false,
+                    valid,
+                    since: (!cl.across).then_some(cl.gate.seen),
+                    first: None,
                 };
             }
+
             Action::SeeChange(c) => self.see_change(&mut w, c),
             Action::Crash(c) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = Phase::Dead;
                 cl.stray = None;
+                cl.died = Some(now);
             }
             Action::Tick => {
+                // (The replica gets the keeps with its next copy: a
+                // failover before it restores the places as they were.)
+                if !self.config.old_places {
+                    Self::keep_places(&mut w);
+                }
                 w.now += 1;
                 let now = w.now;
                 w.server.expire(now);

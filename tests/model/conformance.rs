@@ -25,12 +25,15 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use leasehold::__private::{ABANDON_SOURCE, ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
+use leasehold::__private::{
+    ABANDON_SOURCE, ACQUIRE_SOURCE, KEEP_PLACE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+};
 use leasehold_model::protocol::{FastStep, Flight, Phase, survival_shown};
 use leasehold_model::scripts::{
-    AcqReply, Exp, FastReply, GRACE, LEASE, Lease, RelReply, Server, SetNx, Tok,
+    AcqReply, Exp, FastReply, GRACE, KEPT, LEASE, Lease, Mode, PLACE_LIFE, RelReply, Server, SetNx,
+    Tok,
 };
-use leasehold_model::{Action, Config, Model, Protocol, World};
+use leasehold_model::{Action, Config, Model, Protocol, World, discover};
 use redis::{Connection, Script, Value};
 
 use crate::support::RedisServer;
@@ -90,6 +93,9 @@ fn walk_config() -> Config {
         liveness: false,
         late_changes: false,
         fast: 2,
+        old_resend: false,
+        old_release: false,
+        old_places: false,
     }
 }
 
@@ -228,8 +234,8 @@ fn read_places(
 }
 
 /// The `~` fields of a places hash against the model's: a waiting place's
-/// lease (the model's lease length, the fence's life, and when its last
-/// attempt ran), or the grant record.
+/// lease (the lease a release would hand it, the fence's life, and when
+/// its last attempt ran), or the grant record.
 fn check_leases(
     real: &BTreeMap<String, String>,
     model: &[(Tok, Lease)],
@@ -248,7 +254,7 @@ fn check_leases(
         let value = &real[t];
         match lease {
             Lease::Granted => assert_eq!(value, "granted", "{step}: grant record of {t}"),
-            Lease::Waiting(at, sent) => {
+            Lease::Waiting(at, sent, handed) => {
                 let parts: Vec<i64> = value
                     .split(':')
                     .map(|p| p.parse().expect("a number"))
@@ -256,7 +262,11 @@ fn check_leases(
                 assert_eq!(parts.len(), 4, "{step}: lease of {t}: {value}");
                 assert_eq!(
                     [parts[0], parts[1], parts[3]],
-                    [ttl, ttl + FENCE_MEMORY_MS, i64::from(*sent)],
+                    [
+                        i64::from(*handed) * TICK_MS,
+                        ttl + FENCE_MEMORY_MS,
+                        i64::from(*sent)
+                    ],
                     "{step}: lease of {t}: {value}"
                 );
                 let ago = clock - parts[2];
@@ -483,9 +493,10 @@ impl Replay<'_> {
         self.shift_places(ticks * TICK_MS);
     }
 
-    /// acquire.lua; `claimed`: ARGV[6..8] of claimed mode (the release
-    /// channel, PUBLISH).
-    fn acquire(&mut self, t: Tok, in_line: bool, claimed: bool, sent: u8) -> Value {
+    /// acquire.lua as the library sends it: ARGV[6..8] of claimed ('1') or
+    /// resent ('2') mode (the release channel, PUBLISH), and in line the
+    /// attempt's name and the place life.
+    fn acquire(&mut self, t: Tok, in_line: bool, mode: Mode, sent: u8) -> Value {
         let ttl = i64::from(LEASE) * TICK_MS;
         let script = Script::new(ACQUIRE_SOURCE);
         let mut call = script.prepare_invoke();
@@ -502,17 +513,48 @@ impl Replay<'_> {
                 0
             })
             .arg(0);
-        if claimed {
-            call.arg("1").arg(CHANNEL).arg("PUBLISH");
-            *self.fast.entry("claimed acquire.lua").or_default() += 1;
-        } else if in_line {
-            call.arg("0").arg("").arg("");
+        match mode {
+            Mode::Claimed => {
+                call.arg("1").arg(CHANNEL).arg("PUBLISH");
+                *self.fast.entry("claimed acquire.lua").or_default() += 1;
+            }
+            Mode::Resent => {
+                call.arg("2").arg(CHANNEL).arg("PUBLISH");
+                *self.fast.entry("resent acquire.lua").or_default() += 1;
+            }
+            Mode::Plain if in_line => {
+                call.arg("0").arg("").arg("");
+            }
+            Mode::Plain => {}
         }
         if in_line {
-            // The attempt's name: its sending (the model's tick).
-            call.arg(sent);
+            // The attempt's name (its sending: the model's tick), and the
+            // place life.
+            call.arg(sent).arg(i64::from(PLACE_LIFE) * TICK_MS);
         }
         call.invoke(self.con).expect("acquire.lua")
+    }
+
+    /// keep_place.lua for `t`'s place, against the model's.
+    fn keep_place(&mut self, before: &World, t: Tok, step: &str) {
+        let real: i64 = Script::new(KEEP_PLACE_SOURCE)
+            .key(PLACES)
+            .key(LOCK)
+            .arg(token(t))
+            .arg(i64::from(KEPT) * TICK_MS)
+            .invoke(self.con)
+            .expect("keep_place.lua");
+        let model = before.server.clone().keep_place(t, before.now, KEPT);
+        if model >= 0 {
+            let want = i64::from(model) * TICK_MS;
+            assert!(
+                (real - want).abs() <= SLACK_MS,
+                "{step}: keep_place: the lease ends in {real} ms, the model says {want}"
+            );
+        } else {
+            assert_eq!(real, i64::from(model), "{step}: keep_place");
+        }
+        *self.fast.entry("keep_place.lua").or_default() += 1;
     }
 
     /// The fast pipeline's first command: `SET lock token NX PX ttl GET`.
@@ -609,13 +651,26 @@ impl Replay<'_> {
                 match cl.phase {
                     Phase::Acquiring {
                         in_line,
-                        claimed,
+                        mode,
                         sent,
                         ..
                     } => {
-                        let real = self.acquire(t, in_line, claimed, sent);
-                        let (model, _) =
-                            server.acquire(t, in_line, now, before.clock, claimed, sent);
+                        let real = self.acquire(t, in_line, mode, sent);
+                        let (model, _) = server.acquire(
+                            t,
+                            in_line,
+                            now,
+                            before.clock,
+                            mode,
+                            sent,
+                            Some(PLACE_LIFE),
+                        );
+                        if mode == Mode::Resent
+                            && matches!(model, AcqReply::Granted(_))
+                            && before.server.lock.is_some_and(|l| l.owner == t)
+                        {
+                            *self.fast.entry("resend finds its grant").or_default() += 1;
+                        }
                         self.check_acquire(&real, model, c, step);
                     }
                     Phase::Fast {
@@ -724,11 +779,12 @@ impl Replay<'_> {
                 }
             }
             Action::ApplyStray(c) => {
-                let (t, in_line, claimed, sent) =
+                let (t, in_line, mode, sent) =
                     before.clients[usize::from(c)].stray.expect("a stray");
-                let real = self.acquire(t, in_line, claimed, sent);
+                let real = self.acquire(t, in_line, mode, sent);
                 let mut server = before.server.clone();
-                let (model, _) = server.acquire(t, in_line, now, before.clock, claimed, sent);
+                let (model, _) =
+                    server.acquire(t, in_line, now, before.clock, mode, sent, Some(PLACE_LIFE));
                 // Nobody is told this fence; it is issued all the same.
                 if let (Value::BulkString(b), AcqReply::Granted(f)) = (&real, model) {
                     let real: u64 = std::str::from_utf8(b).unwrap().parse().unwrap();
@@ -760,7 +816,16 @@ impl Replay<'_> {
                     assert_eq!(real, vec![1], "{step}: the audit's renewal");
                 }
             }
-            Action::Tick => self.tick(),
+            Action::Tick => {
+                // Every live sleeping waiter keeps its place first (at the
+                // tick's end: the place life from then, sent now).
+                for (i, cl) in before.clients.iter().enumerate() {
+                    if matches!(cl.phase, Phase::Waiting { .. }) {
+                        self.keep_place(before, cl.token(i as u8), step);
+                    }
+                }
+                self.tick();
+            }
             Action::Replicate => self.replicate(),
             Action::Restart => {
                 cmd(self.con, &["FLUSHDB"]);
@@ -846,8 +911,71 @@ fn the_scripts_do_what_the_model_says() {
             *covered.entry(k).or_default() += n;
         }
     }
+    // The checker's shortest paths to the rare states of the resends and
+    // the place life, replayed the same way.
+    let faults = Config {
+        clients: 2,
+        acquisitions: 1,
+        horizon: 4,
+        faults: 1,
+        client_faults: true,
+        ..Config::default()
+    };
+    let fast = Config {
+        fast: 2,
+        ..faults.clone()
+    };
+    let newcomers = Config {
+        acquisitions: 2,
+        horizon: 3,
+        ..fast.clone()
+    };
+    let rare = [
+        (
+            &fast,
+            "a resend finds its lost grant while another waits in line",
+        ),
+        (&faults, "a resent release finds its first try's work"),
+        (&faults, "a dead waiter's place in line"),
+        (&faults, "a waiter told that a release handed it the lock"),
+        // The defect the model found in resent mode: the real scripts take
+        // the same path (the owner's grant taken back, busy).
+        (&fast, "an owner is never told busy about its own lock"),
+        (&newcomers, "no waiter is overtaken by a later arrival"),
+    ];
+    for (config, what) in rare {
+        let path = discover(config.clone(), what).expect("a path to a rare state");
+        let model = Protocol {
+            config: config.clone(),
+        };
+        cmd(&mut con, &["FLUSHDB"]);
+        let mut replay = Replay {
+            con: &mut con,
+            copy: Copy::default(),
+            fences: Vec::new(),
+            told: BTreeMap::new(),
+            top: None,
+            fast: BTreeMap::new(),
+        };
+        let mut state = model.init_states().remove(0);
+        for (i, &action) in path.iter().enumerate() {
+            let next = model
+                .next_state(&state, action)
+                .expect("a step of the checker's path");
+            let step = format!("path to {what:?} step {i} {action:?}");
+            replay.step(&state, action, &next, &step);
+            replay.compare(&next, &step);
+            *covered.entry(kind(action)).or_default() += 1;
+            steps += 1;
+            state = next;
+        }
+        for (k, n) in replay.fast {
+            *covered.entry(k).or_default() += n;
+        }
+    }
     println!(
-        "conformance: {walks} walks, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+        "conformance: {walks} walks and {} paths of the checker, {steps} steps replayed against Redis in {:.1?}; per action: {covered:?}",
+        rare.len(),
         started.elapsed()
     );
     let every = [
@@ -875,6 +1003,10 @@ fn the_scripts_do_what_the_model_says() {
         "fast grant",
         "fast resolve",
         "claimed acquire.lua",
+        "resent acquire.lua",
+        "resend finds its grant",
+        "keep_place.lua",
+        "handoff",
     ];
     let missing: Vec<&str> = every
         .iter()
@@ -2177,7 +2309,7 @@ fn a_busy_lock_all_gives_back_the_keys_it_still_held() {
 fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
     use leasehold::__private::LOCK_ALL_SOURCE;
     use leasehold_model::all::{AllReply, lock_all as model_lock_all};
-    use leasehold_model::scripts::Server;
+    use leasehold_model::scripts::{Mode, Server};
 
     let server = RedisServer::start();
     let mut con = server.connection().expect("a connection");
@@ -2240,7 +2372,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
 
     // The model, from the same state.
     let mut keys: [Server; 2] = Default::default();
-    let (_, _) = keys[1].acquire(holder, false, 0, 1, false, 0);
+    let (_, _) = keys[1].acquire(holder, false, 0, 1, Mode::Plain, 0, None);
     for t in [y, z] {
         assert!(matches!(
             model_lock_all(&mut keys, t, true, 0, 1).0,
@@ -2275,7 +2407,7 @@ mod all {
     };
     use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes};
     use leasehold_model::protocol::Flight;
-    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, RelReply, Server, Tok};
+    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, Mode, RelReply, Server, Tok};
     use leasehold_model::{Action, Model};
     use redis::{Connection, Script, Value};
 
@@ -2520,7 +2652,15 @@ mod all {
                                 Takes::One(k) => {
                                     let k = usize::from(k);
                                     match servers[k]
-                                        .acquire(t, true, now, before.clock, false, sent)
+                                        .acquire(
+                                            t,
+                                            true,
+                                            now,
+                                            before.clock,
+                                            Mode::Plain,
+                                            sent,
+                                            None,
+                                        )
                                         .0
                                     {
                                         AcqReply::Granted(f) => {

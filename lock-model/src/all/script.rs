@@ -107,6 +107,7 @@ pub fn lock_all(
                 marked,
                 exp: now + LEASE,
                 fast: false,
+                handed: false,
             });
             fences[i] = fence;
         }
@@ -145,7 +146,7 @@ pub fn lock_all(
         // across the keys (lock_all.lua writes no `~` field: its places
         // are only woken).
         for key in s.iter_mut() {
-            key.wait_in_line(token, now, sleep, None);
+            key.wait_in_line(token, now, sleep, None, None);
             key.tidy();
         }
     }

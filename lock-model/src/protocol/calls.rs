@@ -3,7 +3,7 @@
 //! announcing releases, and breaking the connections.
 
 use super::*;
-use crate::scripts::{AcqReply, Effects, FastReply, LEASE, Server, Time, Tok};
+use crate::scripts::{AcqReply, Effects, FastReply, LEASE, Mode, Server, Time, Tok};
 
 /// `restart_grace` when on: one lease.
 const RESTART_GRACE: Time = LEASE;
@@ -113,28 +113,41 @@ impl Protocol {
                 in_line,
                 sent: now,
                 flight: Flight::Sent,
-                claimed: how == How::Claimed,
+                mode: match how {
+                    How::Claimed => Mode::Claimed,
+                    How::Resent => Mode::Resent,
+                    How::Script | How::Fast => Mode::Plain,
+                },
             },
         };
     }
 
-    /// The server runs acquire.lua for `token`, with the ghosts' checks.
+    /// The server runs acquire.lua for `token`, with the ghosts' checks
+    /// (`stray`: an abandoned acquisition's, whose reply nobody reads).
     pub(crate) fn run_acquire(
         &self,
         w: &mut World,
-        token: Tok,
-        in_line: bool,
-        claimed: bool,
-        sent: Time,
+        (token, in_line, mode, sent): (Tok, bool, Mode, Time),
+        stray: bool,
     ) -> AcqReply {
         let before = w.server.clone();
         let floor = w.clock;
-        let took_time = w.server.lock.is_none_or(|l| claimed && l.owner == token);
+        let took_time = w
+            .server
+            .lock
+            .is_none_or(|l| mode != Mode::Plain && l.owner == token);
+        let life = self.config.place_life();
         let (reply, effects) = w
             .server
-            .acquire(token, in_line, w.now, floor, claimed, sent);
+            .acquire(token, in_line, w.now, floor, mode, sent, life);
         if took_time {
             w.clock += 1;
+        }
+        // The lock key held the caller's lease (granted, not a fast `SET`
+        // still undecided) when the script ran.
+        let owned = before.lock.is_some_and(|l| l.owner == token && !l.fast);
+        if owned && !stray && matches!(reply, AcqReply::Busy(_)) {
+            w.busy_own = true;
         }
         if let AcqReply::Granted(fence) = reply
             && effects.fresh
@@ -147,7 +160,19 @@ impl Protocol {
             if owner.token(token.client) == token {
                 owner.issued = Some(fence);
             }
-            if self.overtakes(w, &before, token) {
+            // A key of the caller's granted again with a new fence (resent
+            // mode) was the caller's before: a lease overtakes nobody (it
+            // was checked when granted), a fast `SET` overtakes the waiters
+            // that stood in line when it was set and still do.
+            let again = before.lock.is_some_and(|l| l.owner == token);
+            let overtakes = if again {
+                let cl = &w.clients[usize::from(token.client)];
+                let still = self.waiting(w);
+                !owned && cl.ahead.iter().any(|t| still.contains(t))
+            } else {
+                self.overtakes(w, &before, token)
+            };
+            if overtakes {
                 w.overtaken = true;
             }
         }
@@ -181,6 +206,17 @@ impl Protocol {
             }
         }
         reply
+    }
+
+    /// The live waiters' tokens that keep a place in line now.
+    pub(crate) fn waiting(&self, w: &World) -> Vec<Tok> {
+        w.clients
+            .iter()
+            .enumerate()
+            .map(|(i, cl)| (cl, cl.token(i as u8)))
+            .filter(|(cl, t)| cl.waits() && w.server.place(*t).is_some_and(|p| p > w.now))
+            .map(|(_, t)| t)
+            .collect()
     }
 
     /// A new grant to `token` while a live waiter that came before it keeps
@@ -241,7 +277,7 @@ impl Protocol {
             match &mut cl.phase {
                 Phase::Acquiring { flight, .. } => *flight = Flight::Failed,
                 Phase::Fast { step, .. } => *step = FastStep::Failed,
-                Phase::Releasing { flight } => *flight = Flight::Failed,
+                Phase::Releasing { flight, .. } => *flight = Flight::Failed,
                 Phase::Abandoning { flight } => *flight = Flight::Failed,
                 Phase::Holding {
                     renewing: Some((_, flight)),
