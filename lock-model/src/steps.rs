@@ -165,11 +165,12 @@ impl Model for Protocol {
                         actions.push(Action::Wake(c));
                     }
                     // A lease longer than the place life is handed over for
-                    // that life only: the next attempt finds it the
-                    // waiter's and extends it (request.rs takes a grant
-                    // without asking only for a lease within the life).
-                    if (cfg.old_places || LEASE <= PLACE_LIFE)
-                        && cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
+                    // that life only: the waiter takes it for that long
+                    // (request.rs), and its watchdog's renewal (`Renew`)
+                    // extends it to the whole lease.
+                    if cl
+                        .grant
+                        .is_some_and(|(_, from)| from + handed_lease(cfg) > w.now)
                         && cl.gate.seen == w.epoch
                         && cl.gate.young.is_none_or(|y| y <= w.now)
                     {
@@ -591,7 +592,7 @@ impl Model for Protocol {
                 }
                 cl.phase = Phase::Holding {
                     fence,
-                    valid: from + LEASE,
+                    valid: from + handed_lease(&self.config),
                     excused: cl.gate.blind && !self.config.restart_grace,
                     renewing: None,
                 };
@@ -678,5 +679,15 @@ impl Model for Protocol {
 
     fn within_boundary(&self, _: &World) -> bool {
         true
+    }
+}
+
+/// The lease a release hands a waiter, as its client counts it: a place's
+/// life at most (the whole lease in the old behaviour, `old_places`).
+fn handed_lease(cfg: &crate::protocol::Config) -> Time {
+    if cfg.old_places {
+        LEASE
+    } else {
+        LEASE.min(PLACE_LIFE)
     }
 }
