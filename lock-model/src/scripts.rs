@@ -444,9 +444,10 @@ impl Server {
                 } else {
                     // (Resumed, another may be first: its place stays.)
                     if first == Some(token) {
+                        // Its `~` field becomes the grant record.
                         self.lpop();
+                        self.set_lease(token, Lease::Granted);
                         self.remove_place(token);
-                        self.remove_lease(token);
                         self.tidy();
                     }
                     if !self.line.is_empty() {

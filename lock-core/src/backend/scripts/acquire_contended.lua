@@ -93,8 +93,14 @@ if taken then
   else
     -- (Resumed, another may be first: its place stays.)
     if head == token then
+      -- Granted from the head of the line: its '~' field becomes the grant
+      -- record, as a release's handoff leaves it, so that a resend of this
+      -- attempt after a lost reply finds the key its own whoever waits
+      -- behind it (resent mode above), and its next call consumes it.
+      -- (Written while its place is there: the hash keeps its expiry.)
       redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], token, '~' .. token)
+      redis.call('HSET', KEYS[4], '~' .. token, 'granted')
+      redis.call('HDEL', KEYS[4], token)
     end
     if redis.call('LINDEX', KEYS[3], '0') then
       mark_fence(fence)
