@@ -43,10 +43,24 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
     int(&server.cmd(&["EXISTS", key])) == 1
 }
 
-/// Places in line for `key`: entries of the `:places` hash plus entries of
-/// the `:line` list (both must be empty when nobody waits).
+/// Places in line for `key`: entries of the `:places` hash (but grant
+/// records) plus entries of the `:line` list (both must be empty when
+/// nobody waits).
 pub fn places_in_line(server: &RedisServer, key: &str) -> i64 {
-    int(&server.cmd(&["HLEN", &places_name(key)])) + int(&server.cmd(&["LLEN", &line_name(key)]))
+    // A grant record (`~token` → `granted`, left by a grant to the head
+    // of the line or a handoff) stays until the hash expires: not a place.
+    let places = match server.cmd(&["HGETALL", &places_name(key)]) {
+        Value::Array(pairs) => pairs
+            .chunks(2)
+            .filter(|pair| !matches!(pair, [_, Value::BulkString(v)] if v.as_slice() == b"granted"))
+            .count(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter(|(_, v)| !matches!(v, Value::BulkString(v) if v.as_slice() == b"granted"))
+            .count(),
+        other => panic!("HGETALL: unexpected {other:?}"),
+    };
+    i64::try_from(places).unwrap_or(i64::MAX) + int(&server.cmd(&["LLEN", &line_name(key)]))
 }
 
 /// Subscribers of `key`'s release channel (`PUBSUB NUMSUB`).
