@@ -92,7 +92,7 @@ fn two_acquisitions_each() {
         Config {
             clients: 2,
             acquisitions: 2,
-            horizon: if long() { 3 } else { 2 },
+            horizon: 3,
             faults: 1,
             client_faults: true,
             one_try: true,
@@ -110,7 +110,7 @@ fn three_clients() {
         Config {
             clients: 3,
             acquisitions: 1,
-            horizon: if long() { 3 } else { 2 },
+            horizon: 3,
             ..base()
         },
         &["two waiters in line"],
@@ -126,7 +126,7 @@ fn restart() {
     model(
         "restart",
         Config {
-            horizon: if long() { 4 } else { 3 },
+            horizon: 4,
             faults: 1,
             restarts: true,
             ..base()
@@ -145,7 +145,7 @@ fn restart_with_grace() {
     model(
         "restart with grace",
         Config {
-            horizon: if long() { 4 } else { 3 },
+            horizon: 4,
             faults: 1,
             restarts: true,
             restart_grace: true,
