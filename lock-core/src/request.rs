@@ -341,9 +341,6 @@ impl LockRequest {
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
         let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
-        // A handed lease: the TTL, or a place's life if that is shorter.
-        let handed_lease = self.ttl.min(self.client.backend.place_life());
-        let drift = self.client.backend.drift(handed_lease).min(handed_lease);
         loop {
             // Handed the lock by a release: ours without asking, if its
             // lease has not run out meanwhile and the gate admits it (else
@@ -356,11 +353,15 @@ impl LockRequest {
             // lease's watchdog extends it to the TTL soon after, unless it
             // is given back first.
             let handed = waiter.take_grant();
-            if let Some((fence, granted_at)) = handed.filter(|_| self.replicas == 0)
-                && granted_at + handed_lease - drift > Instant::now()
-                && waiter.admit_grant(self.ttl).await.is_ok()
-            {
-                return Ok((fence, granted_at, handed_lease));
+            if let Some((fence, granted_at)) = handed.filter(|_| self.replicas == 0) {
+                // The handed lease: the TTL, or a place's life if shorter.
+                let lease = self.ttl.min(self.client.backend.place_life());
+                let drift = self.client.backend.drift(lease).min(lease);
+                if granted_at + lease - drift > Instant::now()
+                    && waiter.admit_grant(self.ttl).await.is_ok()
+                {
+                    return Ok((fence, granted_at, lease));
+                }
             }
             // Armed before the attempt, so a release between the attempt and
             // the sleep still wakes us.
