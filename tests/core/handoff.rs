@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use leasehold::__private::{ACQUIRE_SOURCE, RELEASE_SOURCE, RENEW_SOURCE};
-use leasehold::LockClient;
+use leasehold::{LockClient, LockGuard};
 use redis::Value;
 
 use crate::fixture::{commands_logged, evalsha_of, log_every_command, wait_until};
@@ -106,6 +106,33 @@ async fn waiter_in_line(
     (task, token)
 }
 
+/// A holder of `key` (30 s lease) and a waiter in line for it with `ttl`,
+/// each its own client; every command logged from just before the
+/// holder's release, which hands the lock to the waiter. Returns the
+/// waiter's guard, its token and the holder's fence.
+async fn handed_over(server: &RedisServer, key: &str, ttl: Duration) -> (LockGuard, String, u64) {
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let guard = holder
+        .lock(key)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (task, token) = waiter_in_line(server, &waiter, key, ttl, 0).await;
+    // The waiter sleeps (its place taken, its sleep until the holder's
+    // expiry, 30 s away): nothing it sends from here on is an attempt the
+    // handoff did not make unnecessary.
+    let holder_fence = guard.fencing_token();
+    log_every_command(server);
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("handed the lock, the waiter has it before the holder's lease would have ended")
+        .unwrap();
+    (got, token, holder_fence)
+}
+
 /// The holder's release grants the lock to the first in line: the waiter
 /// holds it with no command of its own (the release is the only round
 /// trip of the handoff), with a fence above the holder's and a validity
@@ -113,28 +140,10 @@ async fn waiter_in_line(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_first_in_line_in_one_round_trip() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = LockClient::connect(&server.url()).await.unwrap();
     // A lease no longer than a place's life is handed whole (a longer one
     // is handed for that life and extended: see the next test).
     let ttl = Duration::from_secs(2);
-    let guard = holder
-        .lock("handed")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (task, token) = waiter_in_line(&server, &waiter, "handed", ttl, 0).await;
-    // The waiter sleeps (its place taken, its sleep until the holder's
-    // expiry, 30 s away): nothing it sends from here on is an attempt the
-    // handoff did not make unnecessary.
-    let holder_fence = guard.fencing_token();
-    log_every_command(&server);
-    guard.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("handed the lock, the waiter has it before the holder's lease would have ended")
-        .unwrap();
+    let (got, token, holder_fence) = handed_over(&server, "handed", ttl).await;
     let commands = commands_logged(&server);
     assert_eq!(
         evalsha_of(&commands, RELEASE_SOURCE),
@@ -191,24 +200,9 @@ async fn a_release_hands_the_lock_to_the_first_in_line_in_one_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_lease_is_handed_for_a_place_life_and_extended_by_the_watchdog() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = LockClient::connect(&server.url()).await.unwrap();
     let ttl = Duration::from_secs(20);
     let place_life = Duration::from_secs(2);
-    let guard = holder
-        .lock("handed-long")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (task, token) = waiter_in_line(&server, &waiter, "handed-long", ttl, 0).await;
-    let holder_fence = guard.fencing_token();
-    log_every_command(&server);
-    guard.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("handed the lock")
-        .unwrap();
+    let (got, token, holder_fence) = handed_over(&server, "handed-long", ttl).await;
     // Held at once for a place's life: no attempt, the lease as handed.
     assert!(got.is_held());
     assert!(got.remaining() <= place_life, "{:?}", got.remaining());
@@ -251,22 +245,7 @@ async fn a_long_lease_is_handed_for_a_place_life_and_extended_by_the_watchdog() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_lease_given_back_at_once_is_never_extended() {
     let server = RedisServer::start();
-    let holder = LockClient::connect(&server.url()).await.unwrap();
-    let waiter = LockClient::connect(&server.url()).await.unwrap();
-    let ttl = Duration::from_secs(20);
-    let guard = holder
-        .lock("handed-brief")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (task, _) = waiter_in_line(&server, &waiter, "handed-brief", ttl, 0).await;
-    log_every_command(&server);
-    guard.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("handed the lock")
-        .unwrap();
+    let (got, _, _) = handed_over(&server, "handed-brief", Duration::from_secs(20)).await;
     got.release().await.unwrap();
     // Past the moment the extension would have been due.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
