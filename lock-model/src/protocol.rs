@@ -56,6 +56,10 @@ pub struct Config {
     /// for the sleep and the grace, nobody keeps it alive, and a release
     /// hands a waiter its whole lease.
     pub old_places: bool,
+    /// The scripts before the join time: a resend judges its key by when
+    /// the first in line last looked, not by when it joined the line (off
+    /// in the checks, on to show the property that finds it).
+    pub old_join: bool,
 }
 
 impl Config {

@@ -92,8 +92,9 @@ pub enum Lease {
     /// second (`ARGV[9]`, the attempt's name), and a release hands it a
     /// lease of the third (ticks: the lease asked for, at most the place
     /// life when the attempt named one; the fence's life is the model's
-    /// constant).
-    Waiting(Time, Time, Time),
+    /// constant); the fourth tick is when it joined the line (kept by each
+    /// later attempt while its place is), which a resend judges by.
+    Waiting(Time, Time, Time, Time),
     /// The grant record: a release handed it the lock.
     Granted,
 }
@@ -131,9 +132,13 @@ pub enum Mode {
     /// '2', resent mode (a fast or claimed attempt sent again after its
     /// reply was lost): as claimed, but the key stays the caller's when it
     /// was its first attempt's grant as the script judges it (nobody in
-    /// line, the caller first, or the first in line last looked no earlier
-    /// than the key was set).
+    /// line, the caller first, or the first in line joined the line no
+    /// earlier than the key was set).
     Resent,
+    /// Resent mode as the scripts ran it before the join time: the first
+    /// in line's last look, not when it joined, against when the key was
+    /// set (`Config::old_join`; never sent by the model's clients).
+    ResentByLook,
 }
 
 /// What acquire.lua answered.
@@ -379,15 +384,20 @@ impl Server {
                 && let Some(l) = self.lock.filter(|l| l.owner == token)
                 && self.lease(token) != Some(Lease::Granted)
             {
-                if mode == Mode::Resent {
+                if mode != Mode::Claimed {
                     resumed = match self.line.first() {
                         None => true,
                         Some(&first) if first == token => true,
-                        // When the first in line last looked, against
+                        // When the first in line joined the line, against
                         // when the key was set (its lease less its PTTL).
                         Some(&first) => match self.lease(first) {
-                            Some(Lease::Waiting(looked, _, _)) => {
-                                i32::from(looked) >= i32::from(l.exp) - i32::from(LEASE)
+                            Some(Lease::Waiting(looked, _, _, joined)) => {
+                                let since = if mode == Mode::ResentByLook {
+                                    looked
+                                } else {
+                                    joined
+                                };
+                                i32::from(since) >= i32::from(l.exp) - i32::from(LEASE)
                             }
                             _ => false,
                         },
@@ -532,9 +542,14 @@ impl Server {
             ),
             None => (until, LEASE),
         };
-        // HSET: a new field takes a place at the end of the line.
+        // HSET: a new field takes a place at the end of the line (joining
+        // it now); an old one keeps when it joined.
+        let mut joined = now;
         if let Some(slot) = self.places.iter_mut().find(|(t, _)| *t == token) {
             slot.1 = place;
+            if let Some(Lease::Waiting(_, _, _, was)) = self.lease(token) {
+                joined = was;
+            }
         } else {
             if self.places.is_empty() {
                 self.places_exp = Some(Exp::Persist);
@@ -546,7 +561,7 @@ impl Server {
             self.line.push(token);
         }
         if let Some(sent) = sent {
-            self.set_lease(token, Lease::Waiting(now, sent, lease));
+            self.set_lease(token, Lease::Waiting(now, sent, lease, joined));
         }
         if self.line_pttl(now) < keep {
             self.line_exp = Some(Exp::At(until));
@@ -625,7 +640,7 @@ impl Server {
         }
         self.tidy();
         let head = head?;
-        let Some(Lease::Waiting(seen, sent, ttl)) = self.lease(head) else {
+        let Some(Lease::Waiting(seen, sent, ttl, _)) = self.lease(head) else {
             return None;
         };
         let fence = match self.fence.map(|f| f.value) {

@@ -499,8 +499,10 @@ impl Model for Protocol {
                         let how = match mode {
                             Mode::Plain => How::Script,
                             Mode::Claimed => self.resend(),
-                            Mode::Resent if w.clients[ci].listening => How::Claimed,
-                            Mode::Resent => How::Fast,
+                            Mode::Resent | Mode::ResentByLook if w.clients[ci].listening => {
+                                How::Claimed
+                            }
+                            Mode::Resent | Mode::ResentByLook => How::Fast,
                         };
                         self.send_acquire(&mut w, c, in_line, how)
                     }

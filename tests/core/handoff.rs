@@ -100,7 +100,9 @@ async fn waiter_in_line(
     // a name other than 0.
     let field = format!("~{token}");
     wait_until("the waiter did not look again after subscribing", || {
-        place_field(server, key, &field).is_some_and(|place| !place.ends_with(":0"))
+        // (The name is the field's fourth part; the fifth says when the
+        // waiter joined the line.)
+        place_field(server, key, &field).is_some_and(|place| place.split(':').nth(3) != Some("0"))
     })
     .await;
     (task, token)

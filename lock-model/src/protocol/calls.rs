@@ -137,6 +137,10 @@ impl Protocol {
             .lock
             .is_none_or(|l| mode != Mode::Plain && l.owner == token);
         let life = self.config.place_life();
+        let mode = match mode {
+            Mode::Resent if self.config.old_join => Mode::ResentByLook,
+            mode => mode,
+        };
         let (reply, effects) = w
             .server
             .acquire(token, in_line, w.now, floor, mode, sent, life);
@@ -163,12 +167,23 @@ impl Protocol {
             // A key of the caller's granted again with a new fence (resent
             // mode) was the caller's before: a lease overtakes nobody (it
             // was checked when granted), a fast `SET` overtakes the waiters
-            // that stood in line when it was set and still do.
-            let again = before.lock.is_some_and(|l| l.owner == token);
-            let overtakes = if again {
+            // that stood in line when it was set and still do (have stood
+            // there since: a waiter whose place lapsed meanwhile, late by
+            // its grace, joined again after the key was set, as any later
+            // arrival; within the tick of the `SET` the script cannot tell
+            // the order, and takes the waiter for the later one).
+            let again = before.lock.filter(|l| l.owner == token);
+            let overtakes = if let Some(key) = again {
+                let set = i32::from(key.exp) - i32::from(LEASE);
                 let cl = &w.clients[usize::from(token.client)];
                 let still = self.waiting(w);
-                !owned && cl.ahead.iter().any(|t| still.contains(t))
+                let stood = |t: &Tok| match w.server.lease(*t) {
+                    Some(crate::scripts::Lease::Waiting(_, _, _, joined)) => {
+                        i32::from(joined) < set
+                    }
+                    _ => true,
+                };
+                !owned && cl.ahead.iter().any(|t| still.contains(t) && stood(t))
             } else {
                 self.overtakes(w, &before, token)
             };

@@ -8,10 +8,11 @@
 -- KEYS[4]  the places: a hash, waiting token -> until when (server ms) its
 --          place is kept; a waiter renews it each time it tries. Beside it,
 --          '~' .. token -> '<ARGV[2]>:<ARGV[3]>:<server ms of this
---          attempt>:<ARGV[9]>' (with ARGV[9] only):
---          what release.lua needs to hand the lock straight to this waiter
---          (a place without it, as `lock_all` writes, is only woken); after
---          such a handoff, 'granted' (the grant record, see below)
+--          attempt>:<ARGV[9]>:<server ms it joined the line>' (with
+--          ARGV[9] only): what release.lua needs to hand the lock straight
+--          to this waiter (a place without it, as `lock_all` writes, is
+--          only woken), and when it stood in line (resent mode, below);
+--          after such a handoff, 'granted' (the grant record, see below)
 -- ARGV[1]  the caller's owner token (32 hex characters, 128 random bits,
 --          then ':' and the client's name)
 -- ARGV[2]  the lease length in milliseconds
@@ -87,8 +88,11 @@ local clock
 -- an attempt (fast or claimed) was lost; the caller's key may be that
 -- attempt's grant, which the caller must be told of (a resend reports what
 -- its first attempt did). It was one unless someone stood in line before
--- it was set: the first in line last looked (its '~' field names when)
--- after the key was set (its lease less its PTTL ago), or nobody waits.
+-- it was set: the first in line joined the line (its '~' field names
+-- when) no earlier than the key was set (its lease less its PTTL ago), or
+-- nobody waits. (When the first in line last looked says nothing of it: a
+-- waiter that sleeps keeps its place without looking, and one that stood
+-- in line before a newcomer's SET looks again after it.)
 local seen = false -- a waiter marked the caller's key: it sleeps on its lease
 local resumed = false -- the caller's key was its first attempt's grant
 if ARGV[6] == '1' or ARGV[6] == '2' then
@@ -104,13 +108,18 @@ if ARGV[6] == '1' or ARGV[6] == '2' then
         resumed = true
       elseif type(first) == 'string' then
         local field = redis.pcall('HGET', KEYS[4], '~' .. first)
-        local looked = type(field) == 'string'
-          and tonumber(string.match(field, '^%d+:%d+:(%d+):') or '')
+        local joined
+        if type(field) == 'string' then
+          local look, was = string.match(field, '^%d+:%d+:(%d+):%d+:?(%d*)$')
+          -- (A field without the fifth part, from an older client: its
+          -- last look.)
+          joined = tonumber(was or '') or tonumber(look or '')
+        end
         local left = redis.call('PTTL', KEYS[1])
-        if looked and left > 0 then
+        if joined and left > 0 then
           local t = redis.call('TIME')
           local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-          resumed = looked >= now - (tonumber(ARGV[2]) - left)
+          resumed = joined >= now - (tonumber(ARGV[2]) - left)
         end
       end
     end

@@ -174,11 +174,23 @@ if grace > 0 then
       lease = ARGV[10]
     end
   end
+  local joined = now_ms()
   if redis.call('HSET', KEYS[4], token, now_ms() + place) == 1 then
     redis.call('RPUSH', KEYS[3], token)
+  elseif ARGV[9] and ARGV[9] ~= '' then
+    -- In line already: when it joined, as its last attempt wrote it (a
+    -- field without it, from an older client: its last look).
+    local field = redis.call('HGET', KEYS[4], '~' .. token)
+    if field then
+      local look, was = string.match(field, '^%d+:%d+:(%d+):%d+:?(%d*)$')
+      joined = tonumber(was) or tonumber(look) or joined
+    end
   end
   if ARGV[9] and ARGV[9] ~= '' then
-    redis.call('HSET', KEYS[4], '~' .. token, lease .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. ARGV[9])
+    -- The fifth part, when it joined the line: a resend judges by it
+    -- whether a key was set before this waiter stood in line (acquire.lua).
+    redis.call('HSET', KEYS[4], '~' .. token,
+      lease .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. ARGV[9] .. ':' .. joined)
   end
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)

@@ -142,8 +142,8 @@ if grace > 0 then
     redis.call('RPUSH', line_key, token)
   end
   -- With this attempt's name (ARGV[10]), what a release needs to hand
-  -- this waiter its grant: a lease of at most the place life (its client
-  -- extends a longer one at its next attempt), so that a grant handed to
+  -- this waiter its grant: a lease of at most the place life (its
+  -- client's watchdog extends a longer one), so that a grant handed to
   -- a waiter that died holds the others up no longer than its place.
   if ARGV[10] then
     local lease = ttl

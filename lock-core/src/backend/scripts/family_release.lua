@@ -30,8 +30,8 @@
 -- Handing on: each waiter that may go, first in line first, whose place
 -- carries what a grant needs (its '~' field), becomes a holder here, with
 -- a fresh fencing token (as family_acquire.lua issues them) and a lease
--- of at most the place life (its client extends a longer one at its next
--- attempt), leaves the line, and is told
+-- of at most the place life (its client's watchdog extends a longer one),
+-- leaves the line, and is told
 -- `grant:<fence>:<server ms since its last attempt>:<that attempt's
 -- name>:<token>` (the plain lock's grant message, see wakeups.rs). A
 -- waiter that may go but whose place carries no such field is told

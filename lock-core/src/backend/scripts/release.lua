@@ -5,6 +5,7 @@
 -- KEYS[2]  the line of waiting tokens (list, first come first served)
 -- KEYS[3]  the waiters' places (hash: token -> until when, in server ms;
 --          '~' .. token -> '<lease ms>:<fence life ms>:<server ms>:<attempt>'
+--          (then ':<server ms it joined the line>', read by acquire.lua)
 --          for a waiter of a plain lock (acquire.lua): the lease it asked
 --          for, when its last attempt ran and that attempt's name; only such
 --          a place may be handed the lock; `lock_all` and family places have

@@ -44,7 +44,8 @@ local function hand_on()
   local lease = redis.call('HGET', places, '~' .. head)
   local ttl, life, seen, attempt
   if lease then
-    ttl, life, seen, attempt = string.match(lease, '^(%d+):(%d+):(%d+):(%d+)$')
+    -- (A fifth part, when the waiter joined the line, is for acquire.lua.)
+    ttl, life, seen, attempt = string.match(lease, '^(%d+):(%d+):(%d+):(%d+):?%d*$')
   end
   if not seen then
     return nil
