@@ -158,7 +158,7 @@ pub mod __private {
     pub use crate::backend::scripts::{
         ABANDON_SOURCE, ACQUIRE_SOURCE, FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE,
         FAMILY_FORCE_RELEASE_SOURCE, FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE, KEEP_PLACE_SOURCE,
-        LOCK_ALL_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+        LOCK_ALL_SOURCE, RELEASE_ALL_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
     };
     pub use crate::client::LockClient;
     pub use crate::election::leader_only;

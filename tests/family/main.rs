@@ -13,4 +13,5 @@ mod fixture;
 mod handoff;
 mod processes;
 mod redis_only;
+mod release_all;
 mod semantics;

@@ -2793,6 +2793,17 @@ mod all {
                             *self.seen.entry("renew").or_default() += 1;
                         }
                         AllPhase::Releasing { .. } => {
+                            // The model gives back every key in this one
+                            // step, release.lua per key. On one server the
+                            // client first deletes every key holding its
+                            // unmarked token (nobody in line) in one
+                            // release_all.lua call, which does to each such key
+                            // what release.lua's shortest form does (GET,
+                            // DEL, nothing published), all at one instant:
+                            // coarser than the per-key calls it replaces,
+                            // and within this one step. The keys it leaves
+                            // get release.lua, as replayed here (each in a
+                            // call of its own, as every key was before).
                             let mut servers = before.keys.clone();
                             for &k in &keys {
                                 let [lock, fence, line, places] = names(k);

@@ -20,6 +20,21 @@ use crate::error::LockError;
 /// A renewal and its place in the watchdog's batch.
 type Indexed<'a> = (usize, &'a Renewal);
 
+/// The most keys a `lock_all` gives back with one `release_all.lua` call
+/// (the script's `unpack` of its keys stops near 8000); more go key by key.
+const RELEASE_AT_ONCE: usize = 256;
+
+/// What `release_all.lua` did to one key of a `lock_all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    /// Not sent, or left the key to `release.lua`.
+    NotTried,
+    /// Deleted it (ours, nobody in line).
+    Released,
+    /// Failed: it may have deleted the key.
+    MayHaveReleased,
+}
+
 impl<T: Topology> RedisBackend<T> {
     /// One attempt at a permit or a rw-lock side (the gate already checked
     /// by the caller, as for a lock).
@@ -162,15 +177,50 @@ impl<T: Topology> RedisBackend<T> {
     /// master is slow or down delays none of the others, and a key that
     /// fails leaves none of the others held. Ours only if every one was;
     /// the first error (in key order) once every key was tried.
+    ///
+    /// On one server, where it may (see [`Self::may_release_at_once`]),
+    /// `release_all.lua` first deletes in one call every key that holds our
+    /// plain token (nobody in its line: the common case); only the keys it
+    /// left (someone in line to hand the lock to, not ours, another type)
+    /// then go through `release.lua` one by one. If that one call fails,
+    /// every key goes through `release.lua`, and a key found not ours while
+    /// the lease is still valid is judged as a resend after a lost reply
+    /// (the failed call may have deleted it: SPEC semantic 15).
     pub(super) async fn release_all(
         &self,
         all: &AllKeys,
         release: Release<'_>,
     ) -> Result<Owned, LockError> {
-        let releases = all
-            .keys
-            .iter()
-            .map(|keys| self.release_lock(Release { keys, ..release }));
+        let token = release.token;
+        let mut first = vec![First::NotTried; all.keys.len()];
+        if self.may_release_at_once(all, &release) {
+            let mut con = self.topology.connection();
+            match scripts::release_all(&mut con, all, token).await {
+                Ok(left) => {
+                    for ((keys, left), first) in all.keys.iter().zip(left).zip(&mut first) {
+                        if left {
+                            continue;
+                        }
+                        *first = First::Released;
+                        // As `release_lock` after its release.
+                        self.gate.survived(keys.key());
+                        (self.listener.wakeups).announce(keys.channel(), Announcement::Free(token));
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(server = %self.server, error = ?e, "leasehold: releasing a lock_all in one call failed; releasing key by key");
+                    first.fill(First::MayHaveReleased);
+                }
+            }
+        }
+        let releases = all.keys.iter().zip(first).map(|(keys, first)| async move {
+            let release = Release { keys, ..release };
+            match first {
+                First::Released => Ok(Owned::Yes),
+                First::NotTried => self.release_lock(release).await,
+                First::MayHaveReleased => self.release_after_failed(release).await,
+            }
+        });
         let mut outcome = Owned::Yes;
         let mut first_error = None;
         for result in join_all(releases).await {
@@ -186,6 +236,53 @@ impl<T: Topology> RedisBackend<T> {
             Some(e) => Err(e),
             None => Ok(outcome),
         }
+    }
+
+    /// Whether a `lock_all`'s release may go first as `release_all.lua`:
+    /// one server (the script is given the lock keys alone), no native
+    /// conditional delete (each key one native command instead), a release
+    /// that deletes now (no `at_least` keep), and no survival mark to leave
+    /// (shortly after a restart or failover: `release.lua` leaves it). At
+    /// most [`RELEASE_AT_ONCE`] keys.
+    fn may_release_at_once(&self, all: &AllKeys, release: &Release<'_>) -> bool {
+        (2..=RELEASE_AT_ONCE).contains(&all.keys.len())
+            && release.keep.is_zero()
+            && self.topology.one_slot()
+            && self.topology.publish() == "PUBLISH"
+            && !self.gate.offered().deletes()
+            && all.keys.iter().all(|keys| {
+                (self.gate)
+                    .survival_mark(release.granted_at, || self.topology.slot_of(keys))
+                    .is_none()
+            })
+    }
+
+    /// One key's release after `release_all.lua` failed (its reply lost,
+    /// the connection broken, an error): the call may have deleted the key,
+    /// and someone else may hold it since, so "not ours" is what a resend
+    /// after a lost reply finds, judged the same way (`resent_outcome`:
+    /// gone while the lease is valid, on the server that granted it, and
+    /// not by an operator, means our call deleted it).
+    async fn release_after_failed(&self, release: Release<'_>) -> Result<Owned, LockError> {
+        let (keys, token, granted_at, deadline) = (
+            release.keys,
+            release.token,
+            release.granted_at,
+            release.deadline,
+        );
+        let owned = self.release_lock(release).await?;
+        if owned != Owned::No {
+            return Ok(owned);
+        }
+        let owned = self
+            .resent_outcome(keys, token, owned, granted_at, deadline)
+            .await;
+        if owned == Owned::Yes {
+            // Released by the failed call: as `release_lock` after it.
+            self.gate.survived(keys.key());
+            (self.listener.wakeups).announce(keys.channel(), Announcement::Free(token));
+        }
+        Ok(owned)
     }
 
     /// Abandon an acquisition of a permit or rw-lock side.

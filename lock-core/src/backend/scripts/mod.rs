@@ -32,6 +32,7 @@ pub(crate) mod native;
 mod raise_fence;
 mod record;
 mod release;
+mod release_all;
 mod renew;
 
 use redis::aio::ConnectionLike;
@@ -73,6 +74,9 @@ pub(crate) use raise_fence::{Raise, raise_fence};
 pub(crate) use record::record;
 pub use release::SOURCE as RELEASE_SOURCE;
 pub(crate) use release::{Announce, Released, Telling, mark_value, release};
+/// release_all.lua as Redis runs it, for the tests that count its calls.
+pub use release_all::SOURCE as RELEASE_ALL_SOURCE;
+pub(crate) use release_all::release_all;
 /// renew.lua as Redis runs it, for the model's conformance test.
 pub use renew::SOURCE as RENEW_SOURCE;
 pub(crate) use renew::renew;
@@ -83,7 +87,7 @@ use crate::error::LockError;
 
 /// Every script, for preloading on all nodes of a cluster.
 #[cfg(feature = "cluster")]
-pub(crate) fn all() -> [&'static Script; 16] {
+pub(crate) fn all() -> [&'static Script; 17] {
     [
         &keep_place::SCRIPT,
         &family_acquire::SCRIPT,
@@ -95,6 +99,7 @@ pub(crate) fn all() -> [&'static Script; 16] {
         &family_force_release::SCRIPT,
         &acquire::SCRIPT,
         &release::SCRIPT,
+        &release_all::SCRIPT,
         &renew::SCRIPT,
         &record::SCRIPT,
         &abandon::SCRIPT,
@@ -180,7 +185,7 @@ pub(crate) fn script_backend_error(server: &str, err: RedisError) -> LockError {
 }
 
 /// Each script's name and source, to explain an error raised inside one.
-fn sources() -> [(&'static str, &'static Script, &'static str); 16] {
+fn sources() -> [(&'static str, &'static Script, &'static str); 17] {
     [
         ("keep_place", &keep_place::SCRIPT, keep_place::SOURCE),
         (
@@ -212,6 +217,7 @@ fn sources() -> [(&'static str, &'static Script, &'static str); 16] {
         ),
         ("acquire", &acquire::SCRIPT, acquire::SOURCE),
         ("release", &release::SCRIPT, release::SOURCE),
+        ("release_all", &release_all::SCRIPT, release_all::SOURCE),
         ("renew", &renew::SCRIPT, renew::SOURCE),
         ("record", &record::SCRIPT, record::SOURCE),
         ("abandon", &abandon::SCRIPT, abandon::SOURCE),

@@ -143,6 +143,14 @@ impl Offered {
         self.get().has(Natives::SET_NX_GET)
     }
 
+    /// Whether a release may go as a native conditional delete
+    /// (`DELIFEQ`, `DELEX … IFEQ`): then a `lock_all`'s keys are released
+    /// one native command each, not by `release_all.lua`.
+    pub(crate) fn deletes(&self) -> bool {
+        let natives = self.get();
+        natives.has(Natives::DELIFEQ) || natives.has(Natives::DELEX)
+    }
+
     /// The server (as its `INFO` says) offers `natives`.
     pub(crate) fn learn(&self, natives: Natives) {
         self.seen.store(natives.0, Ordering::Release);
