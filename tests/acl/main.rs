@@ -45,13 +45,19 @@ const MINIMAL_RULE: &[&str] = &[
     "+pexpire",
     "+pttl",
     "+time",
+    "+mget",
     "+lindex",
     "+lpop",
     "+lrem",
+    "+lrange",
     "+rpush",
     "+hget",
     "+hset",
     "+hdel",
+    "+hexists",
+    "+hgetall",
+    "+sismember",
+    "+type",
 ];
 
 fn start_server() -> RedisServer {
@@ -155,6 +161,84 @@ async fn minimal_rule_is_enough() {
         !stats.contains("cmdstat_keys:"),
         "nothing ran KEYS: {stats}"
     );
+}
+
+/// The minimal rule is enough for the rest of the family too: a semaphore
+/// (a free permit, a waiter handed one at a release), a rw lock (readers
+/// together, a writer after them) and `lock_all` (free keys, then a key
+/// another client holds), each script checked against the user's rule.
+#[tokio::test]
+async fn minimal_rule_is_enough_for_the_family() {
+    let server = start_server();
+    create_user(&server, "locker", &[]);
+    within_limit("the family with the minimal rule", async {
+        let a = connect(&server, "locker").await.expect("a connects");
+        let b = connect(&server, "locker").await.expect("b connects");
+
+        let permit = a.semaphore("acl:sem", 1).acquire().await.expect("a permit");
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move {
+                b.semaphore("acl:sem", 1)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        permit.release().await.expect("the permit given back");
+        let handed = waiter
+            .await
+            .expect("task")
+            .expect("the waiter gets the permit");
+        handed.release().await.expect("released");
+
+        let rw = a.rw_lock("acl:rw");
+        let r1 = rw.read().acquire().await.expect("a reader");
+        let r2 = b
+            .rw_lock("acl:rw")
+            .read()
+            .acquire()
+            .await
+            .expect("another reader");
+        let writer = tokio::spawn({
+            let b = b.clone();
+            async move {
+                b.rw_lock("acl:rw")
+                    .write()
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        r1.release().await.expect("a reader leaves");
+        r2.release().await.expect("the other reader leaves");
+        let w = writer.await.expect("task").expect("the writer after them");
+        w.release().await.expect("the writer leaves");
+
+        let both = a
+            .lock_all(["acl:x", "acl:y"])
+            .acquire()
+            .await
+            .expect("lock_all of free keys");
+        both.release().await.expect("lock_all released");
+        let held = b.lock("acl:y").acquire().await.expect("b holds y");
+        let all = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.lock_all(["acl:x", "acl:y"])
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.expect("b releases y");
+        let both = all.await.expect("task").expect("lock_all after b");
+        both.release().await.expect("lock_all released");
+    })
+    .await;
 }
 
 /// What a user lacking `missing` sees when it does what needs it: an error
