@@ -176,7 +176,17 @@ impl Run {
     /// each) in a worker for which `pred(id)`, with a body of at least
     /// `min_body`; panics after 20 s.
     pub fn wait_for_holder(&self, min_body: Duration, pred: impl Fn(usize) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_for_holder_within(Duration::from_secs(20), min_body, pred);
+    }
+
+    /// [`Self::wait_for_holder`], waiting at most `bound`.
+    pub fn wait_for_holder_within(
+        &self,
+        bound: Duration,
+        min_body: Duration,
+        pred: impl Fn(usize) -> bool,
+    ) {
+        let deadline = Instant::now() + bound;
         let before = self.data_get(&self.keys.holder).unwrap_or_default();
         loop {
             let holder = self.data_get(&self.keys.holder).unwrap_or_default();
@@ -190,7 +200,7 @@ impl Run {
             }
             assert!(
                 Instant::now() < deadline,
-                "{}: no wanted holder within 20 s",
+                "{}: no wanted holder within {bound:?}",
                 self.plan.name
             );
             std::thread::sleep(Duration::from_millis(2));

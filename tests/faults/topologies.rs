@@ -286,13 +286,10 @@ pub(crate) fn fail_over_the_lock_slot(run: &mut Run, rounds: u32) {
 /// Replication is asynchronous and Cluster has no `replica_sync`:
 /// docs/topologies.md promises the lease survives only "if the replica had
 /// it" ("same failover window as primary + replicas"). Asserted: fencing;
-/// the rest is reported. Long run only (the one replica is used up).
+/// the rest is reported.
 #[cfg(feature = "cluster")]
 #[test]
 fn cluster_master_killed() {
-    if skipped_unless_long() {
-        return;
-    }
     let name = "cluster_master_killed";
     let mut plan = Plan::new(name);
     plan.topology = Topology::Cluster { replica: true };
@@ -408,14 +405,10 @@ pub(crate) fn restart_the_lock_slots_master(run: &mut Run) {
 /// Cluster, 3 masters: the lock's slot moves to another master
 /// (`SETSLOT IMPORTING`/`MIGRATING`, `MIGRATE`, `SETSLOT NODE`) while a long
 /// body holds, 4 times. docs/topologies.md: "a held lock stays valid and
-/// releasable while its slot moves". Asserted: every figure zero. Long run
-/// only.
+/// releasable while its slot moves". Asserted: every figure zero.
 #[cfg(feature = "cluster")]
 #[test]
 fn cluster_reshard() {
-    if skipped_unless_long() {
-        return;
-    }
     let name = "cluster_reshard";
     let mut plan = Plan::new(name);
     plan.topology = Topology::Cluster { replica: false };
@@ -518,12 +511,7 @@ fn redlock_master_restart() {
 /// every figure zero, and the fault cost the holder its lease.
 #[test]
 fn redlock_partition() {
-    // Long run only: its set-up wait (a chosen worker holding before the
-    // cut) missed its 20 s once in the final bounded run; not a safety
-    // figure, but CI must not hang on it.
-    if skipped_unless_long() {
-        return;
-    }
+    const PROXIED_HOLDER: Duration = Duration::from_secs(90);
     let name = "redlock_partition";
     let mut plan = redlock_plan(name);
     plan.via_proxy = plan.workers / 2;
@@ -534,7 +522,11 @@ fn redlock_partition() {
         Duration::from_secs(2),
         move |run| {
             for round in 0..scaled(1, 3) as usize {
-                run.wait_for_holder(LONG, |id| run.is_proxied(id));
+                // Redlock has no line: the workers behind a proxy (one hop
+                // more) win the lock less often than the others, and a
+                // long body of one of them once took more than the usual
+                // 20 s to come.
+                run.wait_for_holder_within(PROXIED_HOLDER, LONG, |id| run.is_proxied(id));
                 sleep(Duration::from_millis(100));
                 let cut = [round % 3, (round + 1) % 3];
                 for &m in &cut {
