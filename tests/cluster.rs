@@ -816,3 +816,70 @@ async fn closed_for_about_the_lease(
         "a key never asked for is granted on the changed master"
     );
 }
+
+/// A client built with the builder (with and without `restart_grace`, the
+/// per-node identity checks) that held, waited (pub/sub) and released on
+/// every master leaves no connection behind on any of them once dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_builder_client_leaves_no_connection_on_any_master() {
+    let cluster = start_cluster().await;
+    let open = || -> Vec<u64> {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.info_field("clients", "connected_clients"))
+            .collect()
+    };
+    let before = open();
+    for grace in [None, Some(Duration::from_secs(1))] {
+        let mut builder = LockClient::builder();
+        if let Some(grace) = grace {
+            builder = builder.restart_grace(grace);
+        }
+        let client = builder
+            .connect_cluster(cluster.urls())
+            .await
+            .expect("connect with the builder");
+        let other = client.clone();
+        for node in 0..cluster.nodes().len() {
+            let key = key_on(&cluster, node, "conns");
+            let held = client
+                .lock(&key)
+                .ttl(Duration::from_millis(400))
+                .acquire()
+                .await
+                .expect("acquire");
+            // A waiter on the same client: it subscribes, and is served
+            // when the lease is given back.
+            let waiter = tokio::spawn({
+                let other = other.clone();
+                let key = key.clone();
+                async move {
+                    other
+                        .lock(&key)
+                        .wait(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held.release().await.expect("release");
+            let second = waiter.await.expect("task").expect("the waiter is served");
+            second.release().await.expect("release");
+        }
+        drop(other);
+        drop(client);
+        let dropped = Instant::now();
+        loop {
+            let now = open();
+            if now == before {
+                break;
+            }
+            assert!(
+                dropped.elapsed() < Duration::from_secs(10),
+                "grace {grace:?}: a dropped client left connections open: {now:?} (before it connected: {before:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
