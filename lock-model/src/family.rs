@@ -26,9 +26,10 @@ mod properties;
 mod server;
 mod steps;
 
-pub use plain::{PlainAcq, PlainEffects, PlainKey};
+pub use plain::{PlainAcq, PlainEffects};
 pub use server::{
-    FamAcq, FamEffects, FamRel, FamilyServer, Holder, Kind, Place, fits, may_go, same_family,
+    FamAcq, FamEffects, FamRel, FamilyServer, Holder, Kind, Place, PlainKey, fits, may_go,
+    same_family,
 };
 
 use stateright::Model;

@@ -10,19 +10,8 @@
 //! The replies are scripts.rs's ([`SetNx`], [`FastReply`]), with the
 //! wrong type added where a key of the other kind answers it.
 
-use super::server::FamilyServer;
+use super::server::{FamilyServer, PlainKey};
 use crate::scripts::{FastReply, LEASE, SetNx, Time, Tok};
-
-/// `P{K}:lock` as a plain lock's string: the owner token (never with the
-/// line marker here, see the module's comment).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PlainKey {
-    pub owner: Tok,
-    pub exp: Time,
-    /// Ghost: written by a fast `SET NX` and not decided yet (the reads
-    /// have not found it a grant).
-    pub fast: bool,
-}
 
 /// What acquire.lua answered a plain lock (one try).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,8 +1,18 @@
 //! The Redis keys of one semaphore or rw lock, as the family's scripts
 //! change them: holders, the line, the places and the fence.
 
-use super::plain::PlainKey;
 use crate::scripts::{Exp, GRACE, LEASE, Time, Tok};
+
+/// `P{K}:lock` as a plain lock's string (plain.rs: a plain lock on the
+/// family's key): the owner token, never with the line marker there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlainKey {
+    pub owner: Tok,
+    pub exp: Time,
+    /// Ghost: written by a fast `SET NX` and not decided yet (the reads
+    /// have not found it a grant).
+    pub fast: bool,
+}
 
 /// A holder's or waiter's kind (the letter in the hashes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
