@@ -232,3 +232,45 @@ async fn a_grant_handed_to_a_frozen_waiter_lapses_within_a_place_life() {
     assert!(waited < Duration::from_secs(15));
     got.release().await.unwrap();
 }
+
+/// A waiter that gives up hands on what its place held back, as a release
+/// does: a writer waits behind a reader that holds, and a reader waits
+/// behind the writer (readers do not pass a waiting writer). The writer's
+/// wait is cancelled (its future dropped); the abandon's own script then
+/// tells the reader behind it its grant (`grant:`, never `next:`), and that
+/// reader holds without asking again, beside the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_writer_hands_the_lock_to_the_reader_behind_it() {
+    let server = RedisServer::start();
+    let first = LockClient::connect(&server.url()).await.unwrap();
+    let writer = LockClient::connect(&server.url()).await.unwrap();
+    let second = LockClient::connect(&server.url()).await.unwrap();
+    let holding = first
+        .rw_lock("doc")
+        .read()
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting_writer = tokio::spawn(async move {
+        writer
+            .rw_lock("doc")
+            .write()
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    until_in_line(&first, "doc", 1).await;
+    let reader = spawn_waiter(second.rw_lock("doc").read().ttl(SHORT));
+    until_in_line(&first, "doc", 2).await;
+    let heard = grants(&server, "doc", 1).await;
+    waiting_writer.abort();
+    let fences = heard.await.unwrap();
+    let behind = reader.await.unwrap();
+    assert_eq!(fences, vec![behind.fencing_token()]);
+    assert!(holding.is_held() && behind.is_held());
+    let info = first.inspect("doc").await.unwrap().unwrap();
+    assert_eq!(info.waiters, 0, "the writer left the line");
+    behind.release().await.unwrap();
+    holding.release().await.unwrap();
+}

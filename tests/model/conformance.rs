@@ -1513,11 +1513,12 @@ mod family {
                 .expect("family_renew.lua")
         }
 
-        fn abandon(&mut self, t: Tok) -> i64 {
+        fn abandon(&mut self, t: Tok) -> Value {
             Script::new(FAMILY_ABANDON_SOURCE)
                 .key(LOCK)
                 .key(LINE)
                 .key(PLACES)
+                .key(FENCE)
                 .arg(token(t))
                 .arg(self.letter(t))
                 .arg(self.model.config.permits)
@@ -1566,6 +1567,31 @@ mod family {
                 }
                 (real, model) => panic!("{step}: acquire answered {real:?}, the model {model:?}"),
             }
+        }
+
+        /// An abandon's reply against the model's: whether it held one,
+        /// then (when it told anyone) the messages, as a release's.
+        fn check_abandon(&mut self, real: &Value, held: bool, effects: &FamEffects, step: &str) {
+            match real {
+                Value::Int(h) => {
+                    assert_eq!(*h, i64::from(held), "{step}: abandon");
+                    assert!(
+                        effects.granted.is_empty() && effects.announced.is_none(),
+                        "{step}: abandon told nobody, the model {effects:?}"
+                    );
+                }
+                Value::Array(parts) => {
+                    assert_eq!(
+                        parts.first(),
+                        Some(&Value::Int(i64::from(held))),
+                        "{step}: abandon"
+                    );
+                    self.check_told(&parts[1..], effects, step);
+                    *self.seen.entry("abandon: handed on").or_default() += 1;
+                }
+                other => panic!("{step}: abandon answered {other:?}"),
+            }
+            *self.seen.entry("abandon").or_default() += 1;
         }
 
         /// A release's messages against the model's: each grant (its
@@ -1725,10 +1751,9 @@ mod family {
                         }
                         FamPhase::Abandoning { .. } => {
                             let real = self.abandon(t);
-                            let (model, _) = server.abandon(t, now, permits);
-                            assert_eq!(real, i64::from(model), "{step}: abandon");
+                            let (model, effects) = server.abandon(t, now, before.clock, permits);
+                            self.check_abandon(&real, model, &effects, step);
                             self.told.remove(&c);
-                            *self.seen.entry("abandon").or_default() += 1;
                         }
                         _ => panic!("{step}: nothing to apply"),
                     }
@@ -2255,6 +2280,7 @@ mod family {
             "renew: not ours",
             "renew: force-released",
             "abandon",
+            "abandon: handed on",
             "ForceRelease",
             "plain: fast SET took it",
             "plain: fast SET on a hash",

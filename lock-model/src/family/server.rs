@@ -520,9 +520,17 @@ impl FamilyServer {
         (1, effects)
     }
 
-    /// family_abandon.lua: whether it held one (expired or not).
-    pub fn abandon(&mut self, token: Tok, now: Time, permits: u8) -> (bool, FamEffects) {
-        let mut effects = FamEffects::default();
+    /// family_abandon.lua: whether it held one (expired or not), and, when
+    /// it held one or had a place, the handing on to those in line that may
+    /// go now, as a release's (family_hand_on.lua; `floor` is the server
+    /// clock).
+    pub fn abandon(
+        &mut self,
+        token: Tok,
+        now: Time,
+        floor: u32,
+        permits: u8,
+    ) -> (bool, FamEffects) {
         let before = self.holders.len();
         self.holders.retain(|h| h.token != token);
         let held = self.holders.len() != before;
@@ -533,15 +541,9 @@ impl FamilyServer {
         self.tidy();
         // (A plain lock's key: `live_holders` fails, nobody is told.)
         if !held && !placed || self.plain.is_some() {
-            return (held, effects);
+            return (held, FamEffects::default());
         }
-        let holders = self.live_holders(now);
-        let line = self.live_line(now);
-        if let Some(next) = line.first()
-            && may_go(next.kind, 1, &holders, &line, permits)
-        {
-            effects.announced = Some(next.token);
-        }
+        let (_, effects) = self.wake(now, floor, permits);
         (held, effects)
     }
 }

@@ -259,8 +259,9 @@ impl Model for Family {
                         w.clients[ci].phase = FamPhase::Releasing { flight, giving };
                     }
                     FamPhase::Abandoning { .. } => {
-                        let (held, effects) = w.server.abandon(token, now, permits);
-                        self.announce(&mut w, effects);
+                        let before = w.server.clone();
+                        let (held, effects) = w.server.abandon(token, now, w.clock, permits);
+                        self.released(&mut w, &before, effects);
                         w.clients[ci].phase = FamPhase::Abandoning {
                             flight: Flight::Replied(held),
                         };
@@ -271,8 +272,9 @@ impl Model for Family {
             Action::LateAbandon(c) => {
                 let ci = usize::from(c);
                 let token = w.clients[ci].token(c);
-                let (held, effects) = w.server.abandon(token, now, permits);
-                self.announce(&mut w, effects);
+                let before = w.server.clone();
+                let (held, effects) = w.server.abandon(token, now, w.clock, permits);
+                self.released(&mut w, &before, effects);
                 w.clients[ci].phase = FamPhase::Abandoning {
                     flight: Flight::Replied(held),
                 };

@@ -293,8 +293,16 @@ impl<T: Topology> RedisBackend<T> {
                 scripts::family_abandon(&mut con, keys, token, publish).await
             })
             .await;
-        if let Err(e) = result {
-            tracing::debug!(key = %keys.key(), error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+        match result {
+            // This client's own waiters hear at once (others by pub/sub).
+            Ok((_, told)) => {
+                for told in &told {
+                    (self.listener.wakeups).announce(keys.channel(), Announcement::parse(told));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(key = %keys.key(), error = ?e, "leasehold: could not abandon an acquisition; its traces lapse");
+            }
         }
     }
 

@@ -1,17 +1,24 @@
 -- Give up an acquisition of a permit or rw-lock side: give back what an
 -- attempt whose reply never came may have got, and leave the line; if that
--- lets the first in line go, tell it.
+-- lets some in line go now, hand it on to them at once, as a release does
+-- (family_hand_on.lua, concatenated after this).
 --
 -- KEYS[1]  the holders: a hash, owner token -> <kind><until>:<fence>
 -- KEYS[2]  the line of waiting tokens (list)
--- KEYS[3]  the waiters' places (hash: token -> <kind><until>)
+-- KEYS[3]  the waiters' places (hash: token -> <kind><until>, and
+--          '~' .. token -> what a grant needs, see family.lua)
+-- KEYS[4]  the fence key (see family_acquire.lua)
 -- ARGV[1]  the abandoning owner token
 -- ARGV[2]  its kind: s, r or w
 -- ARGV[3]  the permits of a semaphore (ignored for the rw lock)
 -- ARGV[4]  the release channel (same hash tag)
 -- ARGV[5]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
 --
--- Returns 1 it held one (now given back), 0 it did not
+-- Returns 1 or 0              it held one (now given back), or not; nobody
+--                             in line was told
+--         {1 or 0, msg…}      the same, and each message (as published)
+--                             told a waiter that may go now: its grant, or
+--                             `next:` for the last
 
 local token, kind = ARGV[1], ARGV[2]
 local now = clock_ms()
@@ -39,9 +46,18 @@ end
 if #holders == 0 then
   redis.call('DEL', KEYS[1])
 end
-local line = live_line(KEYS[2], KEYS[3], kind, now)
-local next = line and line[1]
-if next and may_go(next[2], 1, holders, line, tonumber(ARGV[3])) then
-  redis.call(ARGV[5], ARGV[4], 'next:' .. next[1])
+local base = string.sub(KEYS[1], 1, -6)
+local line_key, places_key, fence_named = KEYS[2], KEYS[3], KEYS[4]
+local line = live_line(line_key, places_key, kind, now)
+if not line then
+  return held
 end
-return held
+local permits = tonumber(ARGV[3])
+local channel, publish = ARGV[4], ARGV[5]
+local function finish(told)
+  if #told == 0 then
+    return held
+  end
+  table.insert(told, 1, held)
+  return told
+end

@@ -86,63 +86,12 @@ end
 local permits = tonumber(ARGV[4])
 local channel = ARGV[5] or base .. ':released'
 local publish = ARGV[6] or 'PUBLISH'
-local told = {}
-local fence_key, clock, last, fence_bad
-while line[1] and may_go(line[1][2], 1, holders, line, permits) do
-  local head = line[1]
-  local record = typed('HGET', places_key, '~' .. head[1])
-  local lease, life, seen, attempt
-  if type(record) == 'string' then
-    lease, life, seen, attempt = string.match(record, '^(%d+):(%d+):(%d+):(%d+)$')
+local fence_named = KEYS[4]
+-- The reply once family_hand_on.lua has handed on (after this, in the
+-- same script): the messages, or 1 when nobody in line may go yet.
+local function finish(told)
+  if #told > 0 then
+    return told
   end
-  if not fence_key then
-    fence_key = KEYS[4] or base .. ':fence'
-    local time = redis.call('TIME')
-    clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
-    last = typed('GET', fence_key)
-    if type(last) == 'string' and string.byte(last, 1) == 43 then
-      last = string.sub(last, 2)
-    end
-    -- A fence key of another type: nobody is handed a grant (the
-    -- waiter's own attempt reports it).
-    fence_bad = type(last) == 'table' or (last and not tonumber(last))
-  end
-  if not attempt or fence_bad then
-    -- Only woken: it looks itself (and tells the next).
-    local message = 'next:' .. head[1]
-    redis.call(publish, channel, message)
-    told[#told + 1] = message
-    break
-  end
-  -- The fencing token: the server clock in µs, raised above every live
-  -- holder's and the last one the fence key keeps (written when raised).
-  local high = tonumber(clock) - 1
-  if last and tonumber(last) > high then
-    high = tonumber(last)
-  end
-  for _, holder in ipairs(holders) do
-    if tonumber(holder[4]) > high then
-      high = tonumber(holder[4])
-    end
-  end
-  local fence = clock
-  if high >= tonumber(clock) then
-    fence = string.format('%d', high + 1)
-    redis.call('SET', fence_key, fence, 'PX', life)
-    last = fence
-  end
-  local untl = now + tonumber(lease)
-  redis.call('HSET', KEYS[1], head[1], head[2] .. untl .. ':' .. fence)
-  outlive(KEYS[1], now, untl)
-  redis.call('LREM', line_key, 1, head[1])
-  redis.call('HDEL', places_key, head[1], '~' .. head[1])
-  table.remove(line, 1)
-  holders[#holders + 1] = {head[1], head[2], untl, fence}
-  local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
-  redis.call(publish, channel, message)
-  told[#told + 1] = message
+  return 1
 end
-if #told > 0 then
-  return told
-end
-return 1

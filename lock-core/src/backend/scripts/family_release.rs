@@ -14,7 +14,8 @@ use crate::backend::{LockKeys, Owned};
 pub const SOURCE: &str = concat!(
     include_str!("typed.lua"),
     include_str!("family.lua"),
-    include_str!("family_release.lua")
+    include_str!("family_release.lua"),
+    include_str!("family_hand_on.lua")
 );
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));

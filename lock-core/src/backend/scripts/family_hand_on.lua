@@ -1,0 +1,75 @@
+-- The handing on of a semaphore's permits or a rw lock's sides, run at
+-- the end of family_release.lua and family_abandon.lua (concatenated after
+-- them): each waiter in line that may go now, first in line first, whose
+-- place carries what a grant needs (its '~' field), becomes a holder with
+-- a fresh fencing token (the server clock in µs, raised above the fence
+-- key and every live holder's; the key written when raised) and a lease of
+-- at most the place life, leaves the line, and is told
+-- `grant:<fence>:<server ms since its last attempt>:<that attempt's
+-- name>:<token>`. The first that may go without the field is told
+-- `next:<token>` and the handing on stops there (it looks itself).
+--
+-- The script before it defines: `holders` and `line` (family.lua's
+-- live_holders and live_line of the key, read by it), `now`, `base` (the
+-- lock key less ':lock'), `line_key`, `places_key`, `fence_named` (the
+-- fence key's name, or nil to name it from `base`), `permits`, `channel`,
+-- `publish`, and `finish(told)`, which makes its reply of the messages
+-- published.
+
+local told = {}
+local fence_key, clock, last, fence_bad
+while line[1] and may_go(line[1][2], 1, holders, line, permits) do
+  local head = line[1]
+  local record = typed('HGET', places_key, '~' .. head[1])
+  local lease, life, seen, attempt
+  if type(record) == 'string' then
+    lease, life, seen, attempt = string.match(record, '^(%d+):(%d+):(%d+):(%d+)$')
+  end
+  if not fence_key then
+    fence_key = fence_named or base .. ':fence'
+    local time = redis.call('TIME')
+    clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+    last = typed('GET', fence_key)
+    if type(last) == 'string' and string.byte(last, 1) == 43 then
+      last = string.sub(last, 2)
+    end
+    -- A fence key of another type: nobody is handed a grant (the
+    -- waiter's own attempt reports it).
+    fence_bad = type(last) == 'table' or (last and not tonumber(last))
+  end
+  if not attempt or fence_bad then
+    -- Only woken: it looks itself (and tells the next).
+    local message = 'next:' .. head[1]
+    redis.call(publish, channel, message)
+    told[#told + 1] = message
+    break
+  end
+  -- The fencing token: the server clock in µs, raised above every live
+  -- holder's and the last one the fence key keeps (written when raised).
+  local high = tonumber(clock) - 1
+  if last and tonumber(last) > high then
+    high = tonumber(last)
+  end
+  for _, holder in ipairs(holders) do
+    if tonumber(holder[4]) > high then
+      high = tonumber(holder[4])
+    end
+  end
+  local fence = clock
+  if high >= tonumber(clock) then
+    fence = string.format('%d', high + 1)
+    redis.call('SET', fence_key, fence, 'PX', life)
+    last = fence
+  end
+  local untl = now + tonumber(lease)
+  redis.call('HSET', KEYS[1], head[1], head[2] .. untl .. ':' .. fence)
+  outlive(KEYS[1], now, untl)
+  redis.call('LREM', line_key, 1, head[1])
+  redis.call('HDEL', places_key, head[1], '~' .. head[1])
+  table.remove(line, 1)
+  holders[#holders + 1] = {head[1], head[2], untl, fence}
+  local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
+  redis.call(publish, channel, message)
+  told[#told + 1] = message
+end
+return finish(told)
