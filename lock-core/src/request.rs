@@ -341,6 +341,14 @@ impl LockRequest {
         // With a wait budget, a busy reply also keeps our place in line.
         let in_line = !self.wait.is_zero();
         let mut retry_delay = FIRST_ATTEMPT_RETRY_DELAY;
+        // A lock this client already waits for: join those waiters before
+        // the first attempt (their subscription is there, no round trip),
+        // so that a release after the attempt is heard and a busy reply
+        // needs no second look; the attempt goes as the script, which
+        // takes a place in line (the fast pipeline would find it taken).
+        if in_line && waiter.others_listen() {
+            waiter.listen().await.map_err(|e| e.with_key(&self.key))?;
+        }
         loop {
             // Handed the lock by a release: ours without asking, if its
             // lease has not run out meanwhile and the gate admits it (else

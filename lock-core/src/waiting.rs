@@ -6,8 +6,12 @@
 //! lock (first come, first served, across every client and instance). After
 //! the first busy reply the waiter joins its client's local
 //! [`Wakeups`](crate::backend::wakeups::Wakeups) and listens for the lock's
-//! release announcements; it then alternates between one attempt and a sleep
-//! that ends at whichever comes first:
+//! release announcements, then looks again at once (a release may have
+//! come before it listened); where another waiter of its client already
+//! listens on the lock, it joins them before its first attempt instead (no
+//! round trip: the subscription is there) and needs no second look. It
+//! then alternates between one attempt and a sleep that ends at whichever
+//! comes first:
 //!
 //! - its turn: a release hands the lock straight to the first in line
 //!   (`grant:…`, when its place carries its lease length: see
@@ -70,6 +74,9 @@ pub(crate) struct Waiter<'a> {
     wakeup: Option<Arc<Notify>>,
     /// A subscription was requested (matched by `unlisten` on drop).
     listening: bool,
+    /// An attempt went as the fast pipeline: its `SET` may have taken the
+    /// lock, so later attempts go in claimed mode (`acquire.lua`).
+    fast_sent: bool,
     /// The lock is ours and handed to a lease: nothing to clean up.
     done: bool,
     /// When it started: its attempts are named by their sending, in µs
@@ -93,6 +100,7 @@ impl<'a> Waiter<'a> {
             traces: false,
             wakeup: None,
             listening: false,
+            fast_sent: false,
             done: false,
             started,
         }
@@ -116,6 +124,10 @@ impl<'a> Waiter<'a> {
         // Set before sending: dropped before the reply, the attempt may
         // have taken the lock or a place.
         self.traces = true;
+        // The fast pipeline until this waiter listens (a busy lock it
+        // waits for goes to the script).
+        let fast = !self.is_listening();
+        self.fast_sent |= fast;
         let reply = self
             .backend
             .acquire(Attempt {
@@ -124,8 +136,8 @@ impl<'a> Waiter<'a> {
                 ttl,
                 in_line,
                 fence_floor: None,
-                fast: !self.is_listening(),
-                after_fast: self.is_listening(),
+                fast,
+                after_fast: self.fast_sent,
                 sent_us,
             })
             .await;
@@ -142,6 +154,14 @@ impl<'a> Waiter<'a> {
     /// Whether this waiter already hears releases.
     pub(crate) fn is_listening(&self) -> bool {
         self.wakeup.is_some()
+    }
+
+    /// Whether other waiters of this client already listen for this lock's
+    /// releases, in its line (a busy lock): joining them before the first
+    /// attempt costs no round trip (their subscription is there), and a
+    /// busy reply then needs no second look.
+    pub(crate) fn others_listen(&self) -> bool {
+        self.backend.keeps_places() && self.backend.wakeups().has_waiters(self.keys.channel())
     }
 
     /// Join the local wake-ups and listen for the lock's releases. Without

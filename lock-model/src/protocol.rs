@@ -45,6 +45,11 @@ pub struct Config {
     /// Clients `0..fast` take the fast path (fast.rs) on the first attempt
     /// of each acquisition; the others (all, at 0) send the script only.
     pub fast: u8,
+    /// The script-only clients that wait in line listen before their first
+    /// attempt, as a waiter does whose client already listens on the lock's
+    /// channel for another waiter (request.rs): no second look after the
+    /// first busy reply.
+    pub listen_first: bool,
     /// The library before resent mode: a fast or claimed attempt whose
     /// reply was lost is sent again in claimed mode (off in the checks, on
     /// to show the property that finds it).

@@ -247,7 +247,10 @@ impl Model for Protocol {
             Action::Start(c, in_line) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.r#gen += 1;
-                cl.listening = false;
+                // Listening already (another waiter of its process listens
+                // on the channel): the script at once, and a busy reply is
+                // slept on, with no second look.
+                cl.listening = in_line && c >= self.config.fast && self.config.listen_first;
                 cl.issued = None;
                 cl.across = false;
                 cl.grant = None;

@@ -274,3 +274,70 @@ async fn a_cancelled_writer_hands_the_lock_to_the_reader_behind_it() {
     behind.release().await.unwrap();
     holding.release().await.unwrap();
 }
+
+/// `EVALSHA`s of `source` among the commands `server` logged since
+/// [`log_all`].
+fn evalshas_of(server: &RedisServer, source: &str) -> usize {
+    let sha = redis::Script::new(source).get_hash().to_owned();
+    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "100000"]) else {
+        panic!("SLOWLOG GET");
+    };
+    entries
+        .into_iter()
+        .filter(|entry| {
+            let redis::Value::Array(parts) = entry else {
+                return false;
+            };
+            let Some(redis::Value::Array(args)) = parts.get(3) else {
+                return false;
+            };
+            let text = |v: Option<&redis::Value>| match v {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
+                _ => String::new(),
+            };
+            text(args.first()) == "evalsha" && text(args.get(1)) == sha
+        })
+        .count()
+}
+
+/// Log every command from now on (`SLOWLOG` of everything).
+fn log_all(server: &RedisServer) {
+    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.cmd(&["SLOWLOG", "RESET"]);
+}
+
+/// A waiter whose client already listens on the key's channel (another of
+/// its waiters waits there) joins that subscription before its first
+/// attempt: it takes its place with one attempt and sleeps, without a
+/// second look (before: an attempt, the subscription, then another
+/// attempt); it is still handed its permit in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_client_already_listens_sends_one_attempt() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .semaphore("one", 1)
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let first = spawn_waiter(client.semaphore("one", 1).ttl(SHORT));
+    until_in_line(&holder, "one", 1).await;
+    // The first waiter's second look (after subscribing) is done.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_all(&server);
+    let second = spawn_waiter(client.semaphore("one", 1).ttl(SHORT));
+    until_in_line(&holder, "one", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        evalshas_of(&server, leasehold::__private::FAMILY_ACQUIRE_SOURCE),
+        1,
+        "the second waiter's attempts"
+    );
+    held.release().await.unwrap();
+    let first = first.await.unwrap();
+    first.release().await.unwrap();
+    second.await.unwrap().release().await.unwrap();
+}

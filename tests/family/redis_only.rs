@@ -339,7 +339,9 @@ async fn a_valid_permit_is_given_back_natively_and_the_next_is_woken() {
         .expect("the waiter was not woken by the release")
         .unwrap()
         .unwrap();
-    // The wake mode, then the waiter's own attempt (or more of them).
-    assert!(server.command_calls("evalsha") >= 2);
+    // The wake mode ran (it hands the permit on: the waiter takes the
+    // grant without an attempt of its own; its look again after
+    // subscribing may also land after the reset).
+    assert!(server.command_calls("evalsha") >= 1);
     next.release().await.unwrap();
 }

@@ -97,6 +97,7 @@ fn walk_config() -> Config {
         old_release: false,
         old_places: false,
         old_join: false,
+        listen_first: false,
     }
 }
 

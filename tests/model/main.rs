@@ -83,6 +83,29 @@ fn client_faults() {
     );
 }
 
+/// Waiters whose process already listens on the lock's channel (another
+/// waiter of the same client): they listen before their first attempt,
+/// send the script at once and sleep on a busy reply without a second
+/// look; with the client faults (a lost reply, a cancelled waiter, a
+/// crash) and liveness from every state: no release is missed, nobody
+/// overtaken, every waiter served.
+#[test]
+fn listening_before_the_first_attempt() {
+    model(
+        "listening first",
+        Config {
+            faults: 2,
+            client_faults: true,
+            listen_first: true,
+            ..base()
+        },
+        &[
+            "a waiter in line while the lock is held",
+            "a waiter told that a release handed it the lock",
+        ],
+    );
+}
+
 /// Each client acquires twice (a new token each time): fences across
 /// successive grants, a token's place after its earlier one.
 #[test]
@@ -228,6 +251,7 @@ fn probe() {
             old_release: v("OLD_RELEASE", 0) == 1,
             old_places: v("OLD_PLACES", 0) == 1,
             old_join: v("OLD_JOIN", 0) == 1,
+            listen_first: v("LF", 0) == 1,
         },
         &[],
     );
@@ -263,6 +287,7 @@ fn probe_discover() {
             old_release: v("OLD_RELEASE", 0) == 1,
             old_places: v("OLD_PLACES", 0) == 1,
             old_join: v("OLD_JOIN", 0) == 1,
+            listen_first: v("LF", 0) == 1,
         },
         property,
     );
