@@ -15,6 +15,11 @@
 //! call: the checker looks that no key is granted to a later arrival while
 //! a `lock_all` waiter of it keeps its turn (a ghost line of the waiters'
 //! turns), and that every fair run serves every waiter (no deadlock).
+//! Every attempt (`lock_all` and plain) sends the place life, and every
+//! live sleeping waiter keeps each of its places alive at each tick
+//! (keep_place.lua, one call per key, as the library sends them): a dead
+//! waiter's places lapse within the place life of its death, in every line
+//! (`AllConfig::old_places`: as before the place life).
 //! Not modelled here: the gate, restarts, one-try calls, requests lost.
 
 mod script;
@@ -25,7 +30,7 @@ pub use script::{AllReply, Takes, lock_all};
 use stateright::Model;
 
 use crate::protocol::{Action, Flight};
-use crate::scripts::{AcqReply, Mode, Server, Time, Tok};
+use crate::scripts::{AcqReply, KEPT, Mode, PLACE_LIFE, Server, Time, Tok};
 
 #[derive(Clone, Debug)]
 pub struct AllConfig {
@@ -36,6 +41,18 @@ pub struct AllConfig {
     /// One key alone lost (its lock key deleted).
     pub key_losses: bool,
     pub liveness: bool,
+    /// The scripts and the library before the place life: places kept for
+    /// the sleep and the grace, nobody keeps them alive (on to show the
+    /// property that finds it).
+    pub old_places: bool,
+}
+
+impl AllConfig {
+    /// The place life the attempts send (lock_all.lua's `ARGV[6 + n]`,
+    /// acquire.lua's `ARGV[10]`), if any.
+    pub fn place_life(&self) -> Option<Time> {
+        (!self.old_places).then_some(PLACE_LIFE)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,6 +88,8 @@ pub struct AllClient {
     /// Ghost: a key of its grant was lost (it holds without exclusivity
     /// there until its next renewal tells it).
     pub lost: bool,
+    /// Ghost: when it crashed (0 once no place of it is left).
+    pub died: Option<Time>,
 }
 
 impl AllClient {
@@ -131,9 +150,10 @@ impl LockAll {
         let token = w.clients[usize::from(c)].token(c);
         let now = w.now;
         let floor = w.clock;
+        let life = self.config.place_life();
         let lines_before = [w.keys[0].line.clone(), w.keys[1].line.clone()];
         let (reply, fresh, told) = match self.takes(c) {
-            Takes::Both => lock_all(&mut w.keys, token, true, now, floor),
+            Takes::Both => lock_all(&mut w.keys, token, true, now, floor, life),
             Takes::One(k) => {
                 let k = usize::from(k);
                 let sent = match w.clients[usize::from(c)].phase {
@@ -141,7 +161,7 @@ impl LockAll {
                     _ => now,
                 };
                 let (reply, effects) =
-                    w.keys[k].acquire(token, true, now, floor, Mode::Plain, sent, None);
+                    w.keys[k].acquire(token, true, now, floor, Mode::Plain, sent, life);
                 let told = effects.announced.map(|t| (k, t)).into_iter().collect();
                 let reply = match reply {
                     AcqReply::Granted(f) => {
@@ -207,6 +227,51 @@ impl LockAll {
         }
         reply
     }
+}
+
+impl LockAll {
+    /// Every live sleeping waiter keeps its places (keep_place.lua, at the
+    /// end of the tick, one call per key of its: `lock_all` keeps every
+    /// line it waits in): woken when the soonest lease among its keys ends,
+    /// at once when a place is gone (lapsed) or a key's lock is free.
+    fn keep_places(&self, w: &mut AllWorld) {
+        let now = w.now;
+        for (i, cl) in w.clients.iter_mut().enumerate() {
+            let token = cl.token(i as u8);
+            let AllPhase::Waiting { wake } = &mut cl.phase else {
+                continue;
+            };
+            let mut again = false;
+            let mut soonest: Option<Time> = None;
+            for k in self.config.clients[i].keys() {
+                match w.keys[k].keep_place(token, now, KEPT) {
+                    -1 => {}
+                    l if l >= 0 => {
+                        let ends = (i32::from(now) + l) as Time;
+                        soonest = Some(soonest.map_or(ends, |t| t.min(ends)));
+                    }
+                    _ => again = true,
+                }
+            }
+            if again {
+                *wake = Some(now);
+            } else if let Some(ends) = soonest {
+                *wake = Some(wake.map_or(ends, |t| t.min(ends)));
+            }
+        }
+    }
+}
+
+/// A dead client's place in every line is kept no longer than the place
+/// life from its death: each line goes on without it that soon.
+pub fn dead_places(w: &AllWorld) -> bool {
+    w.clients.iter().enumerate().all(|(i, c)| {
+        let Some(died) = c.died else { return true };
+        let token = c.token(i as u8);
+        w.keys
+            .iter()
+            .all(|k| k.place(token).is_none_or(|kept| kept <= died + PLACE_LIFE))
+    })
 }
 
 fn fail(phase: &mut AllPhase) {

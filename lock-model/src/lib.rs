@@ -20,7 +20,10 @@
 //!   faults, their properties and liveness), beside plain locks of the
 //!   same key (the fast pipeline, acquire.lua and release.lua on the
 //!   family's keys, one try each): kinds never mix;
-//! - [`all`]: `lock_all` on two keys beside a plain lock of one of them.
+//! - [`all`]: `lock_all` on two keys beside a plain lock of one of them
+//!   (its waiters keep their places in every line alive; a dead one's
+//!   lapse within the place life, `AllConfig::old_places` switching back
+//!   the behaviour before it).
 //!
 //! The checks run in the root package's `tests/model` (`cargo test --test
 //! model`), which also replays the model's traces against a real
@@ -81,6 +84,19 @@ pub fn check_all(config: all::AllConfig, reached: &[&str]) -> Summary {
 /// meets (`sometimes`) the family model's property `name`.
 pub fn discover_family(config: family::FamilyConfig, name: &'static str) -> Option<Vec<Action>> {
     let checker = family::Family { config }
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
+        .spawn_bfs()
+        .join();
+    checker.discovery(name).map(|path| path.into_actions())
+}
+
+/// The actions of a path to a state that breaks (`always`) or meets
+/// (`sometimes`) the `lock_all` model's property `name` (breadth first; the
+/// checker keeps the last such state of the block it was checking, so a
+/// path may go on past the first state that breaks it).
+pub fn discover_all(config: all::AllConfig, name: &'static str) -> Option<Vec<Action>> {
+    let checker = all::LockAll { config }
         .checker()
         .finish_when(HasDiscoveries::AnyOf([name].into_iter().collect()))
         .spawn_bfs()

@@ -285,9 +285,9 @@ impl Server {
         }
     }
 
-    /// acquire.lua's `first_in_line`: the first whose place is kept (the
-    /// caller's own counts), dropping lapsed places on the way (with their
-    /// `~` fields; lock_all.lua's drops leave those: `leases` false).
+    /// acquire.lua's `first_in_line` (and lock_all.lua's `head_of`): the
+    /// first whose place is kept (the caller's own counts), dropping lapsed
+    /// places on the way (with their `~` fields).
     pub(crate) fn first_in_line(&mut self, token: Tok, now: Time) -> Option<Tok> {
         self.first_kept(token, now, true)
     }
@@ -604,6 +604,12 @@ impl Server {
         self.lock = None;
         if let Some((life, epoch)) = mark {
             self.survived = Some((now + life.max(1), epoch));
+        }
+        if l.marked {
+            // release_lined.lua: our own grant record goes (someone may wait:
+            // the places hash lives on).
+            self.remove_lease(token);
+            self.tidy();
         }
         if l.marked
             && let Some(granted) = self.hand_on(now, floor)

@@ -2459,7 +2459,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
     let (_, _) = keys[1].acquire(holder, false, 0, 1, Mode::Plain, 0, None);
     for t in [y, z] {
         assert!(matches!(
-            model_lock_all(&mut keys, t, true, 0, 1).0,
+            model_lock_all(&mut keys, t, true, 0, 1, None).0,
             AllReply::Busy(_)
         ));
     }
@@ -2470,7 +2470,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
         }
     }
     assert!(matches!(
-        model_lock_all(&mut keys, y, true, 1, 1).0,
+        model_lock_all(&mut keys, y, true, 1, 1, None).0,
         AllReply::Busy(_)
     ));
     for k in &keys {
@@ -2481,17 +2481,22 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
 // The lock_all model (lock-model/src/all.rs) tied to lock_all.lua and the
 // plain scripts on its two keys: walks of two lock_all callers and a plain
 // lock of the second key, with every fault of that model, each step
-// replayed and both keys' every Redis key compared.
+// replayed and both keys' every Redis key compared. Every attempt sends
+// the place life as the library does, and each tick's keep-alive of a
+// sleeping waiter is one keep_place.lua per key of its.
 
 mod all {
     use std::collections::BTreeMap;
 
     use leasehold::__private::{
-        ABANDON_SOURCE, ACQUIRE_SOURCE, LOCK_ALL_SOURCE, RELEASE_SOURCE, RENEW_SOURCE,
+        ABANDON_SOURCE, ACQUIRE_SOURCE, KEEP_PLACE_SOURCE, LOCK_ALL_SOURCE, RELEASE_SOURCE,
+        RENEW_SOURCE,
     };
     use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes};
     use leasehold_model::protocol::Flight;
-    use leasehold_model::scripts::{AcqReply, Exp, GRACE, LEASE, Mode, RelReply, Server, Tok};
+    use leasehold_model::scripts::{
+        AcqReply, Exp, GRACE, KEPT, LEASE, Mode, PLACE_LIFE, RelReply, Server, Tok,
+    };
     use leasehold_model::{Action, Model};
     use redis::{Connection, Script, Value};
 
@@ -2699,6 +2704,9 @@ mod all {
                                             .arg(name(0, "released"))
                                             .arg(name(1, "released"));
                                     }
+                                    // In line: the place life (ARGV[6 + n],
+                                    // ARGV[5] in the compact form).
+                                    call.arg(i64::from(PLACE_LIFE) * TICK_MS);
                                     call.invoke(self.con).expect("lock_all.lua")
                                 }
                                 Takes::One(k) => {
@@ -2717,6 +2725,7 @@ mod all {
                                         .arg("")
                                         .arg("")
                                         .arg(sent)
+                                        .arg(i64::from(PLACE_LIFE) * TICK_MS)
                                         .invoke(self.con)
                                         .expect("acquire.lua")
                                 }
@@ -2730,6 +2739,7 @@ mod all {
                                         true,
                                         now,
                                         before.clock,
+                                        self.model.config.place_life(),
                                     )
                                     .0
                                 }
@@ -2743,7 +2753,7 @@ mod all {
                                             before.clock,
                                             Mode::Plain,
                                             sent,
-                                            None,
+                                            self.model.config.place_life(),
                                         )
                                         .0
                                     {
@@ -2887,7 +2897,47 @@ mod all {
                         _ => panic!("{step}: nothing to apply"),
                     }
                 }
-                Action::Tick => self.tick(),
+                Action::Tick => {
+                    // Every live sleeping waiter keeps each of its places
+                    // first (at the tick's end: the place life from then,
+                    // sent now), one keep_place.lua per key, as the library
+                    // sends them for a lock_all waiter (and one for a plain
+                    // waiter).
+                    let mut servers = before.keys.clone();
+                    for (i, cl) in before.clients.iter().enumerate() {
+                        if !matches!(cl.phase, AllPhase::Waiting { .. }) {
+                            continue;
+                        }
+                        let t = cl.token(i as u8);
+                        for k in self.model.config.clients[i].keys() {
+                            let real: i64 = Script::new(KEEP_PLACE_SOURCE)
+                                .key(name(k, "places"))
+                                .key(name(k, "lock"))
+                                .arg(token(t))
+                                .arg(i64::from(KEPT) * TICK_MS)
+                                .invoke(self.con)
+                                .expect("keep_place.lua");
+                            let model = servers[k].keep_place(t, now, KEPT);
+                            if model >= 0 {
+                                let want = i64::from(model) * TICK_MS;
+                                assert!(
+                                    (real - want).abs() <= SLACK_MS,
+                                    "{step}: keep_place of key {k}: the lease ends in {real} ms, the model says {want}"
+                                );
+                            } else {
+                                assert_eq!(real, i64::from(model), "{step}: keep_place of key {k}");
+                            }
+                            let what = match (self.model.config.clients[i], model) {
+                                (Takes::Both, -3) => "keep_place.lua: lock_all, place gone",
+                                (Takes::Both, _) => "keep_place.lua: lock_all, kept",
+                                (Takes::One(_), -3) => "keep_place.lua: plain, place gone",
+                                (Takes::One(_), _) => "keep_place.lua: plain, kept",
+                            };
+                            *self.seen.entry(what).or_default() += 1;
+                        }
+                    }
+                    self.tick();
+                }
                 Action::LoseKey(k) => {
                     cmd(self.con, &["DEL", &name(usize::from(k), "lock")]);
                 }
@@ -2931,6 +2981,7 @@ mod all {
                 client_faults: true,
                 key_losses: true,
                 liveness: false,
+                old_places: false,
             },
         });
         let walks: usize = std::env::var("LEASEHOLD_MODEL_WALKS")
@@ -2996,8 +3047,12 @@ mod all {
             "acquire: busy",
             "lock_all: busy, lines joined",
             "lock_all: busy, places kept",
-            // (joined again after a lapsed place: rare in walks, see
-            // a_lock_all_with_a_lapsed_place_joins_every_line_again)
+            // A lapsed place (its waiter's attempt in flight across a tick,
+            // or dead): lines joined again, a keep finding its place gone.
+            "lock_all: busy, lines joined again",
+            "keep_place.lua: lock_all, kept",
+            "keep_place.lua: lock_all, place gone",
+            "keep_place.lua: plain, kept",
             "renew",
             "release",
             "abandon",

@@ -748,6 +748,7 @@ fn lock_all_two_keys() {
             client_faults: false,
             key_losses: false,
             liveness: true,
+            old_places: false,
         },
         &[
             "lock_all waits behind a plain holder",
@@ -766,6 +767,7 @@ fn lock_all_two_keys() {
             client_faults: false,
             key_losses: false,
             liveness: true,
+            old_places: false,
         },
         &["a lock_all waiter keeps a place in both lines"],
     );
@@ -784,8 +786,92 @@ fn lock_all_two_keys() {
             client_faults: true,
             key_losses: true,
             liveness: true,
+            old_places: false,
         },
-        &["a retried lock_all after a key of its lost grant was taken"],
+        &[
+            "a retried lock_all after a key of its lost grant was taken",
+            "a dead lock_all waiter keeps a place in both lines",
+        ],
+    );
+}
+
+/// The dead waiter's cost for `lock_all` (its places in every line kept
+/// alive by its client, lapsing within the place life of its death), shown
+/// to find the behaviour before it: with `old_places` (places kept for the
+/// sleep and the grace, nobody keeping them alive), two callers of both
+/// keys, the checker's path to a state that breaks it (its length printed),
+/// and the shortest such path, which breaks it only with `old_places`.
+#[test]
+fn lock_all_old_places_break_the_dead_waiters_property() {
+    let property = "a dead waiter's places (a lock_all's in every line) lapse within the place life of its death";
+    let config = AllConfig {
+        clients: vec![Takes::Both, Takes::Both],
+        horizon: 2,
+        faults: 1,
+        client_faults: true,
+        key_losses: false,
+        liveness: false,
+        old_places: true,
+    };
+    let mut path = leasehold_model::discover_all(config.clone(), property)
+        .unwrap_or_else(|| panic!("old_places: the model does not find \"{property}\" broken"));
+    // (The checker may report a later state of the same search: keep the
+    // prefix up to the first state that breaks it.)
+    let model = leasehold_model::all::LockAll { config };
+    let mut state = model.init_states().remove(0);
+    let first = path
+        .iter()
+        .position(|&action| {
+            state = model
+                .next_state(&state, action)
+                .expect("a step of the path");
+            !leasehold_model::all::dead_places(&state)
+        })
+        .expect("the path breaks the property");
+    path.truncate(first + 1);
+    // A dead lock_all waiter keeps its places in both lines past the
+    // place life of its death.
+    let late = |i: usize| {
+        let c = &state.clients[i];
+        c.died.is_some_and(|died| {
+            let t = c.token(i as u8);
+            state.keys.iter().all(|k| {
+                k.place(t)
+                    .is_some_and(|kept| kept > died + leasehold_model::scripts::PLACE_LIFE)
+            })
+        })
+    };
+    assert!(late(0) || late(1), "{state:?}");
+    println!(
+        "model: lock_all, places kept for the sleep and the grace: \"{property}\" broken after {} steps: {path:?}",
+        path.len()
+    );
+    // The shortest: a holder of both keys, a lock_all waiter behind it that
+    // dies at once (its places kept for the holder's lease and the grace).
+    use leasehold_model::Action::{Apply, Crash, Start};
+    let shortest = [Start(0, true), Apply(0), Start(1, true), Apply(1), Crash(1)];
+    for old_places in [true, false] {
+        let model = leasehold_model::all::LockAll {
+            config: AllConfig {
+                old_places,
+                ..model.config.clone()
+            },
+        };
+        let mut state = model.init_states().remove(0);
+        for action in shortest {
+            state = model
+                .next_state(&state, action)
+                .expect("a step of the path");
+        }
+        assert_eq!(
+            leasehold_model::all::dead_places(&state),
+            !old_places,
+            "old_places {old_places}: {state:?}"
+        );
+    }
+    println!(
+        "model: lock_all, places kept for the sleep and the grace: the shortest path breaking it has {} steps: {shortest:?}",
+        shortest.len()
     );
 }
 

@@ -28,13 +28,16 @@ pub enum AllReply {
 }
 
 /// lock_all.lua over both keys: the reply, whether it was a new grant of
-/// some key, and who was told `next:` (key, token).
+/// some key, and who was told `next:` (key, token). `life`: the place life
+/// (`ARGV[6 + n]`, `ARGV[5]` in the compact form; `None`: the places are
+/// kept for the sleep and the grace, as before it).
 pub fn lock_all(
     s: &mut [Server; 2],
     token: Tok,
     in_line: bool,
     now: Time,
     floor: u32,
+    life: Option<Time>,
 ) -> (AllReply, [bool; 2], Vec<(usize, Tok)>) {
     let mut told = Vec::new();
     let mut blocked = false;
@@ -43,8 +46,10 @@ pub fn lock_all(
     let (mut present, mut live) = (0, 0);
     for i in 0..2 {
         let holder = s[i].lock;
-        // (lock_all.lua drops lapsed places, not their `~` fields.)
-        let head = s[i].first_kept(token, now, false);
+        // (lock_all.lua drops lapsed places with their `~` fields, as
+        // acquire.lua does: with the place life, a plain waiter's place may
+        // lapse while the places key lives on.)
+        let head = s[i].first_in_line(token, now);
         let wait = match holder {
             Some(l) if l.owner == token => {
                 ours[i] = true;
@@ -144,9 +149,9 @@ pub fn lock_all(
     if in_line {
         // A place in every line, all at once: first come, first served
         // across the keys (lock_all.lua writes no `~` field: its places
-        // are only woken).
+        // are only woken), each kept for the place life at most.
         for key in s.iter_mut() {
-            key.wait_in_line(token, now, sleep, None, None);
+            key.wait_in_line(token, now, sleep, None, life);
             key.tidy();
         }
     }

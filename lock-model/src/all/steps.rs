@@ -27,6 +27,7 @@ impl Model for LockAll {
                     listening: false,
                     notified: false,
                     lost: false,
+                    died: None,
                 })
                 .collect(),
             max_issued: [0; 2],
@@ -300,9 +301,14 @@ impl Model for LockAll {
             }
             Action::Crash(c) => {
                 w.turns.retain(|&t| t != c);
-                w.clients[usize::from(c)].phase = AllPhase::Dead;
+                let cl = &mut w.clients[usize::from(c)];
+                cl.phase = AllPhase::Dead;
+                cl.died = Some(now);
             }
             Action::Tick => {
+                if !self.config.old_places {
+                    self.keep_places(&mut w);
+                }
                 w.now += 1;
                 let now = w.now;
                 // A waiter whose place lapsed lost its turn.
@@ -365,6 +371,10 @@ impl Model for LockAll {
                 |_, w: &AllWorld| w.keys.iter().all(|k| every_key_expires(k) && markers(k)),
             ),
             Property::always(
+                "a dead waiter's places (a lock_all's in every line) lapse within the place life of its death",
+                |_, w: &AllWorld| dead_places(w),
+            ),
+            Property::always(
                 "a fair run from here serves every waiter and leaves no key behind",
                 |m: &LockAll, w: &AllWorld| !m.config.liveness || serves(m, w).is_ok(),
             ),
@@ -385,6 +395,16 @@ impl Model for LockAll {
                         m.config.clients[i] == Takes::Both
                             && matches!(c.phase, AllPhase::Waiting { .. })
                             && w.keys.iter().all(|k| k.line.contains(&c.token(i as u8)))
+                    })
+                },
+            ),
+            Property::sometimes(
+                "a dead lock_all waiter keeps a place in both lines",
+                |m: &LockAll, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        m.config.clients[i] == Takes::Both
+                            && c.phase == AllPhase::Dead
+                            && w.keys.iter().all(|k| k.place(c.token(i as u8)).is_some())
                     })
                 },
             ),
@@ -425,6 +445,15 @@ fn flight_stage<R>(flight: &Flight<R>) -> u8 {
 }
 
 fn canon(w: &mut AllWorld) {
+    // A death's time is forgotten once no place of the dead token is left
+    // (no property reads it again).
+    for i in 0..w.clients.len() {
+        let t = w.clients[i].token(i as u8);
+        if !w.keys.iter().any(|k| k.place(t).is_some()) {
+            let c = &mut w.clients[i];
+            c.died = c.died.map(|_| 0);
+        }
+    }
     let mut values = vec![w.clock];
     values.extend(w.max_issued);
     for k in &w.keys {
