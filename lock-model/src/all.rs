@@ -232,8 +232,9 @@ impl LockAll {
 impl LockAll {
     /// Every live sleeping waiter keeps its places (keep_place.lua, at the
     /// end of the tick, one call per key of its: `lock_all` keeps every
-    /// line it waits in): woken when the soonest lease among its keys ends,
-    /// at once when a place is gone (lapsed) or a key's lock is free.
+    /// line it waits in): woken when the soonest lease among its held keys
+    /// ends, at once when a place is gone (lapsed) or every key is free (a
+    /// free key beside a held one is most likely kept for it: no wake).
     fn keep_places(&self, w: &mut AllWorld) {
         let now = w.now;
         for (i, cl) in w.clients.iter_mut().enumerate() {
@@ -241,19 +242,22 @@ impl LockAll {
             let AllPhase::Waiting { wake } = &mut cl.phase else {
                 continue;
             };
-            let mut again = false;
+            let mut gone = false;
+            let mut held = false;
             let mut soonest: Option<Time> = None;
             for k in self.config.clients[i].keys() {
                 match w.keys[k].keep_place(token, now, KEPT) {
-                    -1 => {}
+                    -1 => held = true,
+                    -2 => {}
                     l if l >= 0 => {
+                        held = true;
                         let ends = (i32::from(now) + l) as Time;
                         soonest = Some(soonest.map_or(ends, |t| t.min(ends)));
                     }
-                    _ => again = true,
+                    _ => gone = true,
                 }
             }
-            if again {
+            if gone || !held {
                 *wake = Some(now);
             } else if let Some(ends) = soonest {
                 *wake = Some(wake.map_or(ends, |t| t.min(ends)));

@@ -918,3 +918,54 @@ async fn a_wait_that_runs_out_has_left_the_line_when_it_answers() {
     assert!(waiting.await.unwrap().is_ok());
     assert!(released.elapsed() < Duration::from_secs(10));
 }
+
+/// A `lock_all` waiting for one held key leads the line of its other key,
+/// which stays free, kept for it: its keep-alives (every third of a place's
+/// life) find that key free, which is no reason to look again (it would
+/// only be told busy). It sends no attempt until the held key is given
+/// back, and then has both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_kept_a_free_key_does_not_poll() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .lock("poll-b")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let both = tokio::spawn(async move {
+        waiter
+            .lock_all(["poll-a", "poll-b"])
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    wait_until("the lock_all did not take its places", || {
+        server.cmd(&["LLEN", "leasehold:{poll-a}:line"]) == redis::Value::Int(1)
+    })
+    .await;
+    // Its look again after subscribing is done.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log_every_command(&server);
+    // More than three keep-alives (every ~0.67 s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let commands = commands_logged(&server);
+    assert_eq!(
+        crate::fixture::evalsha_of(&commands, leasehold::__private::LOCK_ALL_SOURCE),
+        0,
+        "the lock_all looked again while its other key was held: {commands:?}"
+    );
+    assert!(
+        crate::fixture::evalsha_of(&commands, leasehold::__private::KEEP_PLACE_SOURCE) >= 3,
+        "its places were kept alive"
+    );
+    held.release().await.unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(5), both)
+        .await
+        .expect("served at the release")
+        .unwrap()
+        .unwrap();
+    both.release().await.unwrap();
+}

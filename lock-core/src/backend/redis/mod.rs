@@ -256,19 +256,29 @@ impl<T: Topology> Backend for RedisBackend<T> {
                 .map_err(|e| e.into_lock_error(&self.server, keys))
             };
             if let super::keys::Kind::All(all) = &keys.kind {
-                // Every line the `lock_all` waits in; gone from any: look again.
-                // The soonest lease to end among its keys.
+                // Every line the `lock_all` waits in. Gone from any, or
+                // every key free (a release's announcement lost): look
+                // again. A free key while another is held is most likely
+                // kept for it (it leads that line): looking again would
+                // only be told busy, so it sleeps on the soonest lease to
+                // end among the held keys.
                 let kept = futures_util::future::join_all(all.keys.iter().map(one)).await;
-                let mut soonest = Some(Duration::MAX);
+                let mut soonest = None;
                 for kept in kept {
-                    soonest = match (soonest, kept?) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        _ => None,
-                    };
+                    match kept? {
+                        scripts::Kept::Gone => return Ok(None),
+                        scripts::Kept::Free => {}
+                        scripts::Kept::Held(left) => {
+                            soonest = Some(soonest.map_or(left, |s: Duration| s.min(left)));
+                        }
+                    }
                 }
                 return Ok(soonest);
             }
-            one(keys).await
+            Ok(match one(keys).await? {
+                scripts::Kept::Held(left) => Some(left),
+                scripts::Kept::Free | scripts::Kept::Gone => None,
+            })
         })
     }
 

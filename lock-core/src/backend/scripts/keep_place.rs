@@ -13,16 +13,26 @@ pub const SOURCE: &str = include_str!("keep_place.lua");
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
+/// What keep_place.lua found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Kept; the lock's lease ends within this (`Duration::MAX`: no expiry
+    /// known).
+    Held(Duration),
+    /// Kept, and the lock is free (a release whose announcement was lost,
+    /// or the lock kept for the first in line).
+    Free,
+    /// No such place: it lapsed, or a release handed the lock on.
+    Gone,
+}
+
 /// Keep `token`'s place in the line of `keys` for `life` from now.
-/// `None`: look again now (there is no place: it lapsed, or a release
-/// handed the lock on; or the lock is free); else how long the lock's
-/// lease has left (`Duration::MAX`: no expiry known).
 pub(crate) async fn keep_place<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     life: Duration,
-) -> Result<Option<Duration>, ScriptError> {
+) -> Result<Kept, ScriptError> {
     let mut cmd = evalsha(&SCRIPT, 2);
     cmd.arg(keys.places())
         .arg(keys.lock())
@@ -30,8 +40,9 @@ pub(crate) async fn keep_place<C: ConnectionLike>(
         .arg(millis(life));
     let kept: i64 = invoke(&SCRIPT, &cmd, con).await?;
     Ok(match kept {
-        -1 => Some(Duration::MAX),
-        ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
-        _ => None,
+        -1 => Kept::Held(Duration::MAX),
+        -2 => Kept::Free,
+        ms if ms >= 0 => Kept::Held(Duration::from_millis(ms.unsigned_abs())),
+        _ => Kept::Gone,
     })
 }

@@ -65,7 +65,7 @@ pub(crate) use force_release::{force_release, was_forced};
 pub(crate) use inspect::inspect;
 /// keep_place.lua as Redis runs it, for the model's conformance test.
 pub use keep_place::SOURCE as KEEP_PLACE_SOURCE;
-pub(crate) use keep_place::keep_place;
+pub(crate) use keep_place::{Kept, keep_place};
 /// lock_all.lua as Redis runs it, for a focused test in tests/model.
 pub use lock_all::SOURCE as LOCK_ALL_SOURCE;
 pub(crate) use lock_all::lock_all;
