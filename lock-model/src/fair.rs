@@ -81,6 +81,7 @@ fn next_fair(model: &Protocol, w: &World) -> Option<Action> {
                 | Action::Deliver(_)
                 | Action::Retry(_)
                 | Action::Replicate
+                | Action::Thaw(_)
         )
     })
     .or_else(|| {

@@ -104,6 +104,16 @@ pub(crate) fn properties() -> Vec<Property<Protocol>> {
                 .enumerate()
                 .any(|(i, c)| c.died.is_some() && w.server.line.iter().any(|t| t.client == i as u8))
         }),
+        Property::sometimes(
+            "a frozen waiter whose place lapsed meanwhile",
+            |_, w: &World| {
+                w.clients.iter().enumerate().any(|(i, c)| {
+                    c.frozen.is_some()
+                        && matches!(c.phase, Phase::Waiting { .. })
+                        && w.server.place(c.token(i as u8)).is_none()
+                })
+            },
+        ),
         Property::sometimes("two waiters in line", |_, w: &World| {
             w.server.line.len() >= 2
         }),

@@ -65,6 +65,9 @@ pub struct Config {
     /// the first in line last looked, not by when it joined the line (off
     /// in the checks, on to show the property that finds it).
     pub old_join: bool,
+    /// A sleeping waiter may freeze (`SIGSTOP`, a long pause: it runs
+    /// nothing, keeps no place alive) and later thaw and go on.
+    pub freezes: bool,
 }
 
 impl Config {
@@ -194,6 +197,9 @@ pub struct Client {
     pub across: bool,
     /// Ghost: when it crashed.
     pub died: Option<Time>,
+    /// Frozen since then (a sleeping waiter stopped: it runs nothing until
+    /// it thaws).
+    pub frozen: Option<Time>,
     /// Ghost: the waiters that kept a place in line when this
     /// acquisition's fast `SET` took the lock (they came before it).
     pub ahead: Vec<Tok>,
@@ -293,6 +299,10 @@ pub enum Action {
     /// The abandon lands before the acquire it follows.
     LateAbandon(u8),
     Crash(u8),
+    /// A sleeping waiter's process stops (`SIGSTOP`, a long pause).
+    Freeze(u8),
+    /// A frozen waiter's process goes on (not a fault: its freeze was).
+    Thaw(u8),
     Restart,
     Failover,
     /// An operator's `force_release` (the family model only): every
@@ -312,6 +322,7 @@ impl Action {
                 | Action::DropRequest(_)
                 | Action::LateAbandon(_)
                 | Action::Crash(_)
+                | Action::Freeze(_)
                 | Action::Restart
                 | Action::Failover
                 | Action::ForceRelease
@@ -502,9 +513,12 @@ pub fn exclusive(w: &World) -> bool {
 
 /// A dead client's place in line is kept no longer than the place life
 /// from its death: the line goes on without it that soon.
+/// (A frozen one too, while it is frozen: it keeps nothing alive.)
 pub fn dead_places(w: &World) -> bool {
     w.clients.iter().enumerate().all(|(i, c)| {
-        let Some(died) = c.died else { return true };
+        let Some(died) = c.died.or(c.frozen) else {
+            return true;
+        };
         let token = c.token(i as u8);
         w.server
             .place(token)
@@ -519,7 +533,9 @@ pub fn dead_lines(w: &World) -> bool {
         return true;
     };
     let c = &w.clients[usize::from(l.owner.client)];
-    let Some(died) = c.died else { return true };
+    let Some(died) = c.died.or(c.frozen) else {
+        return true;
+    };
     c.token(l.owner.client) != l.owner || l.exp <= died + crate::scripts::PLACE_LIFE
 }
 

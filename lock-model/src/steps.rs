@@ -22,6 +22,10 @@ impl Protocol {
             let Phase::Waiting { wake } = &mut cl.phase else {
                 continue;
             };
+            if cl.frozen.is_some() {
+                // Stopped: its keep-alive does not run.
+                continue;
+            }
             let left = w.server.keep_place(token, now, KEPT);
             *wake = match left {
                 -1 => *wake,
@@ -70,6 +74,7 @@ impl Model for Protocol {
                     issued: None,
                     across: false,
                     died: None,
+                    frozen: None,
                     ahead: Vec::new(),
                 })
                 .collect(),
@@ -97,6 +102,15 @@ impl Model for Protocol {
                 actions.push(Action::ApplyStray(c));
             }
             let client_faults = faults && cfg.client_faults;
+            if cl.frozen.is_some() {
+                // Stopped: nothing of it runs until it thaws (it may be
+                // killed meanwhile).
+                actions.push(Action::Thaw(c));
+                if client_faults {
+                    actions.push(Action::Crash(c));
+                }
+                continue;
+            }
             // A request or reply on the wire, and whether an error there
             // may end the call (else it is retried).
             let in_flight = match cl.phase {
@@ -163,6 +177,9 @@ impl Model for Protocol {
                 Phase::Waiting { wake } => {
                     if cl.notified || wake.is_some_and(|t| t <= w.now) {
                         actions.push(Action::Wake(c));
+                    }
+                    if client_faults && cfg.freezes {
+                        actions.push(Action::Freeze(c));
                     }
                     // A lease longer than the place life is handed over for
                     // that life only: the waiter takes it for that long
@@ -645,7 +662,12 @@ impl Model for Protocol {
                 cl.phase = Phase::Dead;
                 cl.stray = None;
                 cl.died = Some(now);
+                cl.frozen = None;
             }
+            Action::Freeze(c) => w.clients[usize::from(c)].frozen = Some(now),
+            // Back: it goes on where it stopped (its sleep's end or a
+            // release it heard wakes it; its place may have lapsed).
+            Action::Thaw(c) => w.clients[usize::from(c)].frozen = None,
             Action::Tick => {
                 // (The replica gets the keeps with its next copy: a
                 // failover before it restores the places as they were.)

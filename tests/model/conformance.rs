@@ -98,6 +98,7 @@ fn walk_config() -> Config {
         old_places: false,
         old_join: false,
         listen_first: false,
+        freezes: false,
     }
 }
 
@@ -156,6 +157,8 @@ fn kind(action: Action) -> &'static str {
         Action::DropRequest(_) => "DropRequest",
         Action::LateAbandon(_) => "LateAbandon",
         Action::Crash(_) => "Crash",
+        Action::Freeze(_) => "Freeze",
+        Action::Thaw(_) => "Thaw",
         Action::Restart => "Restart",
         Action::Failover => "Failover",
         Action::ForceRelease => "ForceRelease",
@@ -854,7 +857,9 @@ impl Replay<'_> {
             | Action::Cancel(_)
             | Action::LoseReply(_)
             | Action::DropRequest(_)
-            | Action::Crash(_) => {}
+            | Action::Crash(_)
+            | Action::Freeze(_)
+            | Action::Thaw(_) => {}
         }
         // The fences the clients hold, as the model renumbered them.
         self.renumber(before, after);

@@ -106,6 +106,28 @@ fn listening_before_the_first_attempt() {
     );
 }
 
+/// A sleeping waiter that freezes (`SIGSTOP`, a long pause: it runs
+/// nothing and keeps no place alive) and later thaws: its place, or a lock
+/// a release handed it meanwhile, lapses within the place life of its
+/// freeze; back, it goes on (its place may have lapsed: it joins again),
+/// and every other property holds, liveness from every state included.
+#[test]
+fn a_waiter_that_freezes_and_comes_back() {
+    model(
+        "frozen waiter",
+        Config {
+            client_faults: true,
+            freezes: true,
+            ..base()
+        },
+        &[
+            "a waiter in line while the lock is held",
+            "a waiter told that a release handed it the lock",
+            "a frozen waiter whose place lapsed meanwhile",
+        ],
+    );
+}
+
 /// Each client acquires twice (a new token each time): fences across
 /// successive grants, a token's place after its earlier one.
 #[test]
@@ -252,6 +274,7 @@ fn probe() {
             old_places: v("OLD_PLACES", 0) == 1,
             old_join: v("OLD_JOIN", 0) == 1,
             listen_first: v("LF", 0) == 1,
+            freezes: v("FZ", 0) == 1,
         },
         &[],
     );
@@ -288,6 +311,7 @@ fn probe_discover() {
             old_places: v("OLD_PLACES", 0) == 1,
             old_join: v("OLD_JOIN", 0) == 1,
             listen_first: v("LF", 0) == 1,
+            freezes: v("FZ", 0) == 1,
         },
         property,
     );

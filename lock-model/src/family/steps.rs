@@ -522,7 +522,11 @@ impl Model for Family {
                     renewing: None,
                 };
             }
-            Action::Replicate | Action::Failover | Action::LoseKey(_) => {
+            Action::Replicate
+            | Action::Failover
+            | Action::LoseKey(_)
+            | Action::Freeze(_)
+            | Action::Thaw(_) => {
                 return None;
             }
         }
