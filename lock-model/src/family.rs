@@ -450,7 +450,9 @@ impl Family {
 
     /// A fresh grant to `token` that leaves a live waiter before it (in
     /// line before it, or any waiter in line when it came from outside the
-    /// line) unable to fit beside the holders any more.
+    /// line) unable to fit beside the holders any more. A waiter the same
+    /// step made a holder (a release handing on to several at once) was
+    /// served, not overtaken.
     fn overtakes(&self, w: &FamWorld, before: &FamilyServer, token: Tok) -> bool {
         let mine = before.line.iter().position(|t| *t == token);
         let holders: Vec<Holder> = w
@@ -462,7 +464,7 @@ impl Family {
             .collect();
         w.clients.iter().enumerate().any(|(i, cl)| {
             let other = cl.token(i as u8);
-            if other == token || !cl.waits() {
+            if other == token || !cl.waits() || holders.iter().any(|h| h.token == other) {
                 return false;
             }
             let Some(place) = before.place(other).filter(|p| p.until > w.now) else {
