@@ -8,9 +8,10 @@
 //!   `family_{acquire,release,renew,abandon}.lua` beside it);
 //! - [`Family`]: clients of one kind each (a permit, a read share, the
 //!   writer) living the same life as the plain lock's clients in
-//!   protocol.rs (attempt, wait in line, hold with a validity deadline,
-//!   renew, release, abandon, the gate after a restart), with the same
-//!   [`Action`]s for steps and faults, and the family's properties;
+//!   protocol.rs (attempt, wait in line and keep the place alive, hold
+//!   with a validity deadline, renew, release, abandon, the gate after a
+//!   restart), with the same [`Action`]s for steps and faults, and the
+//!   family's properties;
 //! - [`serves`]: liveness from a state, as fair.rs does for the lock.
 //!
 //! - plain locks of the same key ([`FamilyConfig::plain`], `plain.rs`):
@@ -35,7 +36,7 @@ pub use server::{
 use stateright::Model;
 
 use crate::protocol::{Action, FastStep, Flight, Gate};
-use crate::scripts::{LEASE, Time, Tok};
+use crate::scripts::{KEPT, LEASE, PLACE_LIFE, Time, Tok};
 
 /// What may happen in a run of the family model.
 #[derive(Clone, Debug)]
@@ -72,6 +73,25 @@ pub struct FamilyConfig {
     /// family waiter's place as a lapsed one, family_acquire.lua refusing a
     /// plain key even to its own waiters), to show the checker finds that.
     pub kinds_fixed: bool,
+    /// The family as it was before the place life: an attempt sends none
+    /// (no `ARGV[9]`), so a place is kept for the sleep and the grace and
+    /// nobody keeps it alive, and a release hands a waiter the whole
+    /// lease (off in the checks, on to show the properties that find it).
+    pub old_places: bool,
+}
+
+impl FamilyConfig {
+    /// The place life the family's attempts in line send (`ARGV[9]`), if
+    /// any.
+    pub fn place_life(&self) -> Option<Time> {
+        (!self.old_places).then_some(PLACE_LIFE)
+    }
+
+    /// The lease a release hands a waiter, as its client counts it: a
+    /// place life at most (the whole lease with `old_places`).
+    pub fn handed_lease(&self) -> Time {
+        self.place_life().map_or(LEASE, |life| LEASE.min(life))
+    }
 }
 
 impl Default for FamilyConfig {
@@ -91,6 +111,7 @@ impl Default for FamilyConfig {
             plain: 0,
             plain_fast: true,
             kinds_fixed: true,
+            old_places: false,
         }
     }
 }
@@ -175,6 +196,9 @@ pub struct FamClient {
     /// fence, and the tick its lease counts from (the attempt's sending
     /// plus the server ticks from that attempt to the grant).
     pub grant: Option<(u32, Time)>,
+    /// Ghost: when it crashed (0 once nothing of its token is left on the
+    /// server).
+    pub died: Option<Time>,
 }
 
 impl FamClient {
@@ -393,6 +417,7 @@ impl Family {
             kind,
             in_line,
             named,
+            self.config.place_life(),
             w.now,
             w.clock,
             self.config.permits,
@@ -426,7 +451,9 @@ impl Family {
 
     /// A fresh grant to `token` that leaves a live waiter before it (in
     /// line before it, or any waiter in line when it came from outside the
-    /// line) unable to fit beside the holders any more.
+    /// line) unable to fit beside the holders any more. A waiter the same
+    /// step made a holder (a release handing on to several at once) was
+    /// served, not overtaken.
     fn overtakes(&self, w: &FamWorld, before: &FamilyServer, token: Tok) -> bool {
         let mine = before.line.iter().position(|t| *t == token);
         let holders: Vec<Holder> = w
@@ -438,7 +465,7 @@ impl Family {
             .collect();
         w.clients.iter().enumerate().any(|(i, cl)| {
             let other = cl.token(i as u8);
-            if other == token || !cl.waits() {
+            if other == token || !cl.waits() || holders.iter().any(|h| h.token == other) {
                 return false;
             }
             let Some(place) = before.place(other).filter(|p| p.until > w.now) else {
@@ -483,6 +510,33 @@ impl Family {
             if cl.token(next.client) == next && cl.alive() {
                 cl.notified = true;
             }
+        }
+    }
+
+    /// Every live sleeping family waiter keeps its place (keep_place.lua,
+    /// at the end of the tick, for the place life from the next): woken
+    /// when the lock key's PTTL says a lease ends sooner than it slept
+    /// on, at once when its place is gone (lapsed, or handed a grant) or
+    /// the key is free. A dead one keeps nothing.
+    fn keep_places(&self, w: &mut FamWorld) {
+        let now = w.now;
+        for (i, cl) in w.clients.iter_mut().enumerate() {
+            let c = i as u8;
+            let token = cl.token(c);
+            let FamPhase::Waiting { wake } = &mut cl.phase else {
+                continue;
+            };
+            if self.is_plain(c) {
+                continue;
+            }
+            *wake = match w.server.keep_place(token, now, KEPT) {
+                -1 => *wake,
+                left if left >= 0 => {
+                    let ends = (i32::from(now) + left) as Time;
+                    Some(wake.map_or(ends, |t| t.min(ends)))
+                }
+                _ => Some(now),
+            };
         }
     }
 

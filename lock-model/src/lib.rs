@@ -17,9 +17,11 @@
 //!   holders keep releasing serves every waiter and leaves no key behind;
 //! - [`family`]: the semaphore and the read-write lock (the family's keys
 //!   and scripts, clients of one kind each with the same actions and
-//!   faults, their properties and liveness), beside plain locks of the
-//!   same key (the fast pipeline, acquire.lua and release.lua on the
-//!   family's keys, one try each): kinds never mix;
+//!   faults, the place life and its keep-alive, their properties and
+//!   liveness), beside plain locks of the same key (the fast pipeline,
+//!   acquire.lua and release.lua on the family's keys, one try each):
+//!   kinds never mix; `FamilyConfig`'s `old_places` switches back the
+//!   family before the place life;
 //! - [`all`]: `lock_all` on two keys beside a plain lock of one of them
 //!   (its waiters keep their places in every line alive; a dead one's
 //!   lapse within the place life, `AllConfig::old_places` switching back

@@ -1092,14 +1092,14 @@ mod family {
 
     use leasehold::__private::{
         ACQUIRE_SOURCE, FAMILY_ABANDON_SOURCE, FAMILY_ACQUIRE_SOURCE, FAMILY_FORCE_RELEASE_SOURCE,
-        FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE, RELEASE_SOURCE,
+        FAMILY_RELEASE_SOURCE, FAMILY_RENEW_SOURCE, KEEP_PLACE_SOURCE, RELEASE_SOURCE,
     };
     use leasehold_model::family::{
         FamAcq, FamEffects, FamPhase, FamRel, FamWorld, Family, FamilyConfig, FamilyServer, Giving,
         Kind, PlainAcq,
     };
     use leasehold_model::protocol::{FastStep, Flight};
-    use leasehold_model::scripts::{Exp, FastReply, GRACE, LEASE, SetNx, Tok};
+    use leasehold_model::scripts::{Exp, FastReply, GRACE, KEPT, LEASE, SetNx, Tok};
     use leasehold_model::{Action, Expectation, Model, discover_family};
     use redis::{Connection, Script, Value};
 
@@ -1110,9 +1110,6 @@ mod family {
     use crate::support::RedisServer;
 
     const FORCED: &str = "leasehold:{model}:forced";
-    /// The place life sent in line (`ARGV[9]`): longer than any place the
-    /// model keeps, so that only the model's own rules shape the places.
-    const PLACE_LIFE_MS: i64 = 1_000 * TICK_MS;
     const KEYS: [&str; 5] = [LOCK, FENCE, LINE, PLACES, FORCED];
 
     fn config(kinds: Vec<Kind>) -> FamilyConfig {
@@ -1131,6 +1128,7 @@ mod family {
             plain: 0,
             plain_fast: true,
             kinds_fixed: true,
+            old_places: false,
         }
     }
 
@@ -1360,7 +1358,7 @@ mod family {
             let want: BTreeMap<String, _> = s
                 .records
                 .iter()
-                .map(|&(t, seen, sent)| (format!("~{}", token(t)), (seen, sent)))
+                .map(|&(t, seen, sent, lease)| (format!("~{}", token(t)), (seen, sent, lease)))
                 .collect();
             assert_eq!(
                 records.keys().collect::<Vec<_>>(),
@@ -1368,12 +1366,14 @@ mod family {
                 "{step}: grant records"
             );
             for (t, value) in &records {
-                let (seen, sent) = want[t];
+                let (seen, sent, lease) = want[t];
                 let parts: Vec<i64> = value.split(':').map(|p| p.parse().unwrap()).collect();
                 let ttl = i64::from(LEASE) * TICK_MS;
+                // The lease a release hands it (at most the place life),
+                // and the fence's life.
                 assert_eq!(
                     parts[..2],
-                    [ttl, ttl + FENCE_MEMORY_MS],
+                    [i64::from(lease) * TICK_MS, ttl + FENCE_MEMORY_MS],
                     "{step}: grant record of {t}"
                 );
                 assert_eq!(parts[3], i64::from(sent), "{step}: attempt named by {t}");
@@ -1479,9 +1479,11 @@ mod family {
             self.calls.is_multiple_of(2)
         }
 
-        /// family_acquire.lua for `t`; `named`: the tick it was sent (its
-        /// name, in line).
+        /// family_acquire.lua for `t`, as the library sends it: in line
+        /// the place life (`ARGV[9]`), and `named`, the tick it was sent
+        /// (its name, `ARGV[10]`).
         fn acquire(&mut self, t: Tok, in_line: bool, named: Option<u8>) -> Value {
+            let life = self.model.config.place_life().filter(|_| in_line);
             let ttl = i64::from(LEASE) * TICK_MS;
             let compact = self.compact();
             let script = Script::new(FAMILY_ACQUIRE_SOURCE);
@@ -1501,13 +1503,44 @@ mod family {
                 .arg(self.model.config.permits);
             if !compact {
                 call.arg(CHANNEL).arg("PUBLISH");
-            } else if named.is_some() {
+            } else if life.is_some() {
                 call.arg("").arg("");
             }
-            if let Some(sent) = named {
-                call.arg(PLACE_LIFE_MS).arg(sent);
+            if let Some(life) = life {
+                call.arg(i64::from(life) * TICK_MS);
+                if let Some(sent) = named {
+                    call.arg(sent);
+                }
             }
             call.invoke(self.con).expect("family_acquire.lua")
+        }
+
+        /// keep_place.lua for `t`'s family place (`<kind><until>`), as
+        /// the library sends it (the places, the lock key), against the
+        /// model's.
+        fn keep_place(&mut self, before: &FamWorld, t: Tok, step: &str) {
+            let real: i64 = Script::new(KEEP_PLACE_SOURCE)
+                .key(PLACES)
+                .key(LOCK)
+                .arg(token(t))
+                .arg(i64::from(KEPT) * TICK_MS)
+                .invoke(self.con)
+                .expect("keep_place.lua");
+            let model = before.server.clone().keep_place(t, before.now, KEPT);
+            if model >= 0 {
+                let want = i64::from(model) * TICK_MS;
+                assert!(
+                    (real - want).abs() <= SLACK_MS,
+                    "{step}: keep_place: the lock key's PTTL is {real} ms, the model says {want}"
+                );
+            } else {
+                assert_eq!(real, i64::from(model), "{step}: keep_place");
+            }
+            let seen = match model {
+                -3 => "keep_place: gone",
+                _ => "keep_place: kept",
+            };
+            *self.seen.entry(seen).or_default() += 1;
         }
 
         fn renew(&mut self, t: Tok) -> Vec<i64> {
@@ -1663,6 +1696,7 @@ mod family {
                                 kind_at(t),
                                 in_line,
                                 named,
+                                self.model.config.place_life(),
                                 now,
                                 before.clock,
                                 permits,
@@ -1767,7 +1801,8 @@ mod family {
                 Action::ApplyStray(c) => {
                     let (t, in_line) = before.clients[usize::from(c)].stray.expect("a stray");
                     // Sent without a name (as by a client that names no
-                    // attempt): its place is only woken (`next:`).
+                    // attempt): its place is only woken (`next:`). In line,
+                    // with the place life, as every attempt.
                     let real = self.acquire(t, in_line, None);
                     let mut server = before.server.clone();
                     let (model, _) = server.acquire(
@@ -1775,6 +1810,7 @@ mod family {
                         kind_at(t),
                         in_line,
                         None,
+                        self.model.config.place_life(),
                         now,
                         before.clock,
                         permits,
@@ -1799,7 +1835,20 @@ mod family {
                         assert_eq!(real, vec![model], "{step}: the audit's renewal");
                     }
                 }
-                Action::Tick => self.tick(),
+                Action::Tick => {
+                    // Every live sleeping family waiter keeps its place
+                    // first (at the tick's end: the place life from then).
+                    if !self.model.config.old_places {
+                        for (i, cl) in before.clients.iter().enumerate() {
+                            if !self.model.is_plain(i as u8)
+                                && matches!(cl.phase, FamPhase::Waiting { .. })
+                            {
+                                self.keep_place(before, cl.token(i as u8), step);
+                            }
+                        }
+                    }
+                    self.tick();
+                }
                 Action::Restart => {
                     cmd(self.con, &["FLUSHDB"]);
                 }
@@ -2148,6 +2197,39 @@ mod family {
         let two = "a release handed it on to two waiters at once";
         let path = discover_family(readers.config.clone(), two).expect("a path to two grants");
         paths.push((format!("rw lock: {two}"), &readers, path));
+        // A release that may only wake the first in line (`next:`): a
+        // waiter's place taken by an attempt without a name (a cancelled
+        // waiter's attempt, applied after its abandon) carries no `~`
+        // field. (Places that lapse within the place life unless kept
+        // make this rare in the walks.)
+        let one = Family {
+            config: FamilyConfig {
+                permits: 1,
+                ..config(vec![Kind::Permit; 2])
+            },
+        };
+        let path = {
+            use Action::*;
+            vec![
+                Start(0, true),
+                Apply(0),
+                Deliver(0),
+                Start(1, true),
+                Cancel(1),
+                LateAbandon(1),
+                ApplyStray(1),
+                Release(0),
+                Apply(0),
+                Apply(0),
+                Deliver(0),
+                Apply(0),
+            ]
+        };
+        paths.push((
+            "semaphore: a release wakes a waiter without a name".into(),
+            &one,
+            path,
+        ));
         // Kinds never mix: the checker's paths to each `sometimes` of a
         // plain lock beside the family (fast, and the script alone).
         let beside = [true, false].map(|fast| Family {
@@ -2299,6 +2381,8 @@ mod family {
             "plain: release",
             "acquire: a plain key of a moment",
             "acquire: wrong type",
+            "keep_place: kept",
+            "keep_place: gone",
         ];
         let missing: Vec<&str> = every
             .iter()

@@ -528,7 +528,7 @@ fn family_kinds(s: &str) -> Vec<Kind> {
 }
 
 #[test]
-#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L, P (plain clients), PF (fast), X (kinds fixed)"]
+#[ignore = "a probe of the family's bounds: K (kinds, e.g. sss, rrw), N, A, H, F, CF, R, G, FR, O, L, P (plain clients), PF (fast), X (kinds fixed), OP (old places)"]
 fn family_probe() {
     let v = |k: &str, d: u8| {
         std::env::var(k)
@@ -553,6 +553,7 @@ fn family_probe() {
             plain: v("P", 0),
             plain_fast: v("PF", 1) == 1,
             kinds_fixed: v("X", 1) == 1,
+            old_places: v("OP", 0) == 1,
         },
         &[],
     );
@@ -609,7 +610,9 @@ fn family_rw_lock() {
 
 /// The client-side faults on the semaphore (a crash, a reply lost and the
 /// call retried or given up, a request lost, an abandon overtaking its own
-/// acquire, a cancelled waiter); a tick and waiting acquisitions only in
+/// acquire, a cancelled waiter): among them a waiter that dies with its
+/// place in line, or after a release handed it a permit, costs the line
+/// no more than the place life; a tick and waiting acquisitions only in
 /// CI (the rw lock's client-fault checks have one-try ones), three ticks
 /// and both in the long run.
 #[test]
@@ -626,6 +629,8 @@ fn family_semaphore_client_faults() {
         &[
             "a retried acquire on its way for a grant already its own",
             "a waiter in line while it is held",
+            "a dead family waiter's place in line",
+            "a permit or side handed to a dead waiter",
         ],
     );
 }
@@ -647,6 +652,8 @@ fn family_rw_lock_client_faults() {
             &[
                 "a retried acquire on its way for a grant already its own",
                 "a lease ran out and another holds",
+                "a dead family waiter's place in line",
+                "a permit or side handed to a dead waiter",
             ],
         );
     }
@@ -693,6 +700,63 @@ fn family_restart() {
             },
             &["a waiter waits for a key closed by the gate"],
         );
+    }
+}
+
+/// The dead waiter's cost in the family (the place life): with the family
+/// as it was before it (`old_places`: a place kept for the sleep and the
+/// grace, no keep-alive, a waiter handed the whole lease), the shortest
+/// path to a state that breaks each of the two properties (its length
+/// printed), on the semaphore and on the rw lock. The checks above hold
+/// them with the place life.
+#[test]
+fn family_old_places_break_the_new_properties() {
+    let properties = [
+        "a dead family waiter's place lapses within the place life of its death",
+        "a permit or side handed to a dead waiter lapses within the place life of its death",
+    ];
+    for kinds in ["ss", "rw"] {
+        let config = FamilyConfig {
+            permits: 1,
+            faults: 1,
+            client_faults: true,
+            horizon: 2,
+            liveness: false,
+            old_places: true,
+            ..family_base(kinds)
+        };
+        for property in properties {
+            let path =
+                leasehold_model::discover_family(config.clone(), property).unwrap_or_else(|| {
+                    panic!("{kinds}: \"{property}\" not broken with the old places")
+                });
+            // The checker's threads may find a longer path first: keep the
+            // prefix up to the first state that breaks it.
+            let model = leasehold_model::family::Family {
+                config: config.clone(),
+            };
+            let holds = model
+                .properties()
+                .into_iter()
+                .find(|p| p.name == property)
+                .expect("the property")
+                .condition;
+            let mut state = model.init_states().remove(0);
+            let first = path
+                .iter()
+                .position(|&action| {
+                    state = model
+                        .next_state(&state, action)
+                        .expect("a step of the path");
+                    !holds(&model, &state)
+                })
+                .expect("the path breaks the property");
+            println!(
+                "model: family ({kinds}) with the old places: \"{property}\" broken after {} steps: {:?}",
+                first + 1,
+                &path[..=first]
+            );
+        }
     }
 }
 

@@ -6,7 +6,29 @@ use stateright::Property;
 
 use super::*;
 use crate::protocol::Flight;
-use crate::scripts::{Exp, Tok};
+use crate::scripts::{Exp, PLACE_LIFE, Tok};
+
+/// A dead family waiter's place in line is kept no longer than the place
+/// life from its death: the line goes on without it that soon.
+fn dead_places(w: &FamWorld) -> bool {
+    w.clients.iter().enumerate().all(|(i, c)| {
+        let Some(died) = c.died else { return true };
+        w.server
+            .place(c.token(i as u8))
+            .is_none_or(|p| p.until <= died + PLACE_LIFE)
+    })
+}
+
+/// A permit or side a release handed to a waiter that is dead now (and
+/// that nobody extended since) lapses no later than the place life after
+/// its death.
+fn dead_lines(w: &FamWorld) -> bool {
+    w.server.holders.iter().filter(|h| h.handed).all(|h| {
+        let c = &w.clients[usize::from(h.token.client)];
+        let Some(died) = c.died else { return true };
+        c.token(h.token.client) != h.token || h.until <= died + PLACE_LIFE
+    })
+}
 
 /// The properties of [`Family`], as `Model::properties` gives them.
 pub(super) fn properties() -> Vec<Property<Family>> {
@@ -74,6 +96,14 @@ pub(super) fn properties() -> Vec<Property<Family>> {
                 && (s.places.is_empty() || expires(s.places_exp))
         }),
         Property::always(
+            "a dead family waiter's place lapses within the place life of its death",
+            |_, w: &FamWorld| dead_places(w),
+        ),
+        Property::always(
+            "a permit or side handed to a dead waiter lapses within the place life of its death",
+            |_, w: &FamWorld| dead_lines(w),
+        ),
+        Property::always(
             "a fair run from here serves every waiter and leaves no key behind",
             |m: &Family, w: &FamWorld| !m.config.liveness || serves(m, w).is_ok(),
         ),
@@ -83,6 +113,21 @@ pub(super) fn properties() -> Vec<Property<Family>> {
         Property::sometimes(
             "a release handed it on to two waiters at once",
             |_, w: &FamWorld| w.clients.iter().filter(|c| c.grant.is_some()).count() >= 2,
+        ),
+        Property::sometimes("a dead family waiter's place in line", |_, w: &FamWorld| {
+            w.clients
+                .iter()
+                .enumerate()
+                .any(|(i, c)| c.died.is_some() && w.server.place(c.token(i as u8)).is_some())
+        }),
+        Property::sometimes(
+            "a permit or side handed to a dead waiter",
+            |_, w: &FamWorld| {
+                w.server.holders.iter().any(|h| {
+                    let c = &w.clients[usize::from(h.token.client)];
+                    h.handed && c.died.is_some() && c.token(h.token.client) == h.token
+                })
+            },
         ),
         Property::sometimes("two waiters in line", |_, w: &FamWorld| {
             w.server.line.len() >= 2

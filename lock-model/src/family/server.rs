@@ -43,6 +43,10 @@ pub struct Holder {
     /// The lease ends at this tick (`until` in server ms).
     pub until: Time,
     pub fence: u32,
+    /// Ghost: handed to a waiter by a release (family_release.lua's
+    /// handing on), and not extended since by its owner (a renewal, or an
+    /// attempt that found it its own).
+    pub handed: bool,
 }
 
 /// One field of the places hash: `token -> <kind><until>`.
@@ -72,10 +76,11 @@ pub struct FamilyServer {
     pub places: Vec<Place>,
     pub places_exp: Option<Exp>,
     /// The places' `~` fields beside them: what a release needs to hand
-    /// the waiter its grant (a lease of [`LEASE`]), as (token, the tick its
-    /// last attempt ran, the tick that attempt was sent: its name). Only
+    /// the waiter its grant, as (token, the tick its last attempt ran, the
+    /// tick that attempt was sent: its name, the lease a release hands it:
+    /// [`LEASE`], at most the place life when the attempt sent one). Only
     /// beside a place, and gone with it.
-    pub records: Vec<(Tok, Time, Time)>,
+    pub records: Vec<(Tok, Time, Time, Time)>,
     /// `P{K}:forced`: the tokens an operator's release took the lease
     /// from (a set, sorted here), gone at this tick.
     pub forced: Vec<Tok>,
@@ -215,12 +220,13 @@ impl FamilyServer {
         self.places.len() != before
     }
 
-    /// The `~` field beside `token`'s place: (last attempt ran, its name).
-    pub fn record(&self, token: Tok) -> Option<(Time, Time)> {
+    /// The `~` field beside `token`'s place: (last attempt ran, its name,
+    /// the lease a release hands it).
+    pub fn record(&self, token: Tok) -> Option<(Time, Time, Time)> {
         self.records
             .iter()
             .find(|r| r.0 == token)
-            .map(|&(_, seen, sent)| (seen, sent))
+            .map(|&(_, seen, sent, lease)| (seen, sent, lease))
     }
 
     fn lrem(&mut self, token: Tok) {
@@ -263,7 +269,10 @@ impl FamilyServer {
 
     /// family_acquire.lua. `floor` is the server clock (TIME in µs);
     /// `sent`, in line, the attempt's name (`ARGV[10]`: the tick it was
-    /// sent), written beside a busy reply's place. Without `fixed`, the
+    /// sent), written beside a busy reply's place; `life`, in line, the
+    /// place life (`ARGV[9]`): a busy reply's place lapses that soon
+    /// unless kept ([`FamilyServer::keep_place`]), and a release hands
+    /// the waiter a lease of at most that long. Without `fixed`, the
     /// script as it was before kinds were kept apart: a plain lock's key
     /// is the wrong type even to a waiter with a place.
     #[allow(clippy::too_many_arguments)]
@@ -273,6 +282,7 @@ impl FamilyServer {
         kind: Kind,
         in_line: bool,
         sent: Option<Time>,
+        life: Option<Time>,
         now: Time,
         floor: u32,
         permits: u8,
@@ -300,6 +310,7 @@ impl FamilyServer {
             // Ours already: a retried call. Same grant, lease from now.
             h.kind = kind;
             h.until = now + LEASE;
+            h.handed = false;
             let fence = h.fence;
             self.outlive_holders(now + LEASE);
             return (FamAcq::Granted(fence), effects);
@@ -327,6 +338,7 @@ impl FamilyServer {
                 kind,
                 until: now + LEASE,
                 fence,
+                handed: false,
             };
             self.holders.push(mine);
             self.outlive_holders(now + LEASE);
@@ -357,7 +369,15 @@ impl FamilyServer {
         if in_line {
             let keep = sleep.max(0) + i32::from(GRACE);
             let until = (i32::from(now) + keep) as Time;
-            let place = Place { token, kind, until };
+            // With a place life, the place lapses that soon unless its
+            // client keeps it (the line and the places key still live for
+            // the sleep and the grace).
+            let kept = life.map_or(keep, |life| keep.min(i32::from(life)));
+            let place = Place {
+                token,
+                kind,
+                until: (i32::from(now) + kept) as Time,
+            };
             if let Some(p) = self.places.iter_mut().find(|p| p.token == token) {
                 *p = place;
             } else {
@@ -371,8 +391,9 @@ impl FamilyServer {
                 self.line.push(token);
             }
             if let Some(sent) = sent {
+                let lease = life.map_or(LEASE, |life| LEASE.min(life));
                 self.records.retain(|r| r.0 != token);
-                self.records.push((token, now, sent));
+                self.records.push((token, now, sent, lease));
             }
             let outlive = |exp: &mut Option<Exp>, present: bool| {
                 let pttl = match *exp {
@@ -422,7 +443,8 @@ impl FamilyServer {
 
     /// family_release.lua's handing on (also its wake mode, keep -1, after
     /// a native `HDEL`): each waiter that may go, first in line first,
-    /// whose place has its `~` field, becomes a holder for [`LEASE`] with
+    /// whose place has its `~` field, becomes a holder for the lease that
+    /// field names ([`LEASE`], at most the place life) with
     /// a fresh fence (the clock `floor`, raised above the fence key and
     /// every live holder; the key written when raised) and leaves the
     /// line; the first that may go without the field is told `next:`, and
@@ -438,7 +460,7 @@ impl FamilyServer {
             if !may_go(head.kind, 1, &holders, &line, permits) {
                 break;
             }
-            let Some((seen, sent)) = self.record(head.token) else {
+            let Some((seen, sent, lease)) = self.record(head.token) else {
                 effects.announced = Some(head.token);
                 break;
             };
@@ -453,11 +475,12 @@ impl FamilyServer {
             let mine = Holder {
                 token: head.token,
                 kind: head.kind,
-                until: now + LEASE,
+                until: now + lease,
                 fence,
+                handed: true,
             };
             self.holders.push(mine);
-            self.outlive_holders(now + LEASE);
+            self.outlive_holders(now + lease);
             self.lrem(head.token);
             self.hdel_place(head.token);
             line.remove(0);
@@ -489,11 +512,30 @@ impl FamilyServer {
         match self.holders.iter_mut().find(|h| h.token == token) {
             Some(h) if h.until > now => {
                 h.until = now + LEASE;
+                h.handed = false;
                 self.outlive_holders(now + LEASE);
                 1
             }
             _ if self.forced.contains(&token) => -2,
             _ => 0,
+        }
+    }
+
+    /// keep_place.lua on a family place (`<kind><until>`): kept `life`
+    /// from now if it is there and not lapsed, then the lock key's PTTL
+    /// (the holders hash, or a plain lock's string; -2 when there is
+    /// none); else -3 (look again at once). The line and the places key
+    /// keep their expiry.
+    pub fn keep_place(&mut self, token: Tok, now: Time, life: Time) -> i32 {
+        match self.places.iter_mut().find(|p| p.token == token) {
+            Some(p) if p.until > now => p.until = now + life,
+            _ => return -3,
+        }
+        let left = |t: Time| i32::from(t) - i32::from(now);
+        match (self.plain, self.holders.is_empty()) {
+            (Some(p), _) => left(p.exp),
+            (None, true) => -2,
+            (None, false) => self.holders_exp.map_or(-1, left),
         }
     }
 

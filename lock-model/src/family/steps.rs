@@ -45,6 +45,7 @@ impl Model for Family {
                     issued: None,
                     forced: false,
                     grant: None,
+                    died: None,
                 })
                 .collect(),
             max_issued: 0,
@@ -124,7 +125,13 @@ impl Model for Family {
                     if cl.notified || wake.is_some_and(|t| t <= w.now) {
                         actions.push(Action::Wake(c));
                     }
-                    if cl.grant.is_some_and(|(_, from)| from + LEASE > w.now)
+                    // A lease longer than the place life is handed over
+                    // for that life only: the waiter takes it for that
+                    // long (request.rs), and its watchdog's renewal
+                    // (`Renew`) extends it to the whole lease.
+                    if cl
+                        .grant
+                        .is_some_and(|(_, from)| from + cfg.handed_lease() > w.now)
                         && cl.gate.seen == w.epoch
                         && cl.gate.young.is_none_or(|y| y <= w.now)
                     {
@@ -464,8 +471,12 @@ impl Model for Family {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = FamPhase::Dead;
                 cl.stray = None;
+                cl.died = Some(now);
             }
             Action::Tick => {
+                if !self.config.old_places {
+                    self.keep_places(&mut w);
+                }
                 w.now += 1;
                 w.server.expire(w.now);
             }
@@ -517,7 +528,7 @@ impl Model for Family {
                 }
                 cl.phase = FamPhase::Holding {
                     fence,
-                    valid: from + LEASE,
+                    valid: from + self.config.handed_lease(),
                     excused: cl.gate.blind && !grace,
                     renewing: None,
                 };
@@ -539,8 +550,18 @@ impl Model for Family {
     }
 }
 
-/// The fences of a state compressed to their order (as protocol.rs).
+/// The fences of a state compressed to their order (as protocol.rs), and
+/// a death's time forgotten once nothing of the dead token is left on the
+/// server (no property reads it again).
 fn canon(w: &mut FamWorld) {
+    for (i, c) in w.clients.iter_mut().enumerate() {
+        let t = c.token(i as u8);
+        let s = &w.server;
+        let left = s.place(t).is_some() || s.holders.iter().any(|h| h.token == t && h.handed);
+        if !left {
+            c.died = c.died.map(|_| 0);
+        }
+    }
     let mut values = vec![w.clock, w.max_issued];
     values.extend(w.server.fence);
     values.extend(w.server.holders.iter().map(|h| h.fence));
