@@ -472,12 +472,9 @@ fn redlock_baseline() {
 /// one each time. docs/topologies.md: "a master that
 /// restarted empty gives no vote for a key asked within its lease before
 /// the restart until that lease could have run out". Asserted: every figure
-/// zero. Long run only.
+/// zero.
 #[test]
 fn redlock_master_restart() {
-    if skipped_unless_long() {
-        return;
-    }
     let name = "redlock_master_restart";
     let mut plan = redlock_plan(name);
     plan.restart_grace = Some(plan.ttl);
