@@ -952,9 +952,10 @@ async fn a_lock_all_kept_a_free_key_does_not_poll() {
     // More than three keep-alives (every ~0.67 s).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let commands = commands_logged(&server);
-    assert_eq!(
-        crate::fixture::evalsha_of(&commands, leasehold::__private::LOCK_ALL_SOURCE),
-        0,
+    // (At most its look again after subscribing, on a slow machine; every
+    // keep-alive's look, 3 or more, before.)
+    assert!(
+        crate::fixture::evalsha_of(&commands, leasehold::__private::LOCK_ALL_SOURCE) <= 1,
         "the lock_all looked again while its other key was held: {commands:?}"
     );
     assert!(

@@ -325,8 +325,9 @@ async fn a_waiter_whose_client_already_listens_sends_one_attempt() {
         .unwrap();
     let first = spawn_waiter(client.semaphore("one", 1).ttl(SHORT));
     until_in_line(&holder, "one", 1).await;
-    // The first waiter's second look (after subscribing) is done.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first waiter's look again after subscribing is done (keep-alives
+    // are another script, not counted).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     log_all(&server);
     let second = spawn_waiter(client.semaphore("one", 1).ttl(SHORT));
     until_in_line(&holder, "one", 2).await;
