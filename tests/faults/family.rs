@@ -15,8 +15,9 @@
 //! if sooner): the holder's validity.
 //!
 //! The bounded run has one scenario per kind that meets each fault once
-//! (`family_<kind>_faults`); `LEASEHOLD_FAULTS_LONG=1` adds one scenario
-//! per kind and fault (`family_<kind>_<fault>`), each fault three times.
+//! (`family_<kind>_faults`) and every Sentinel and Cluster scenario;
+//! `LEASEHOLD_FAULTS_LONG=1` adds one scenario per kind and fault
+//! (`family_<kind>_<fault>`), each fault three times, and more failovers.
 
 use std::time::Duration;
 
@@ -340,55 +341,53 @@ fn long_only_run(scenario: impl FnOnce()) {
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_semaphore_synced() {
-    long_only_run(|| family_sentinel("family_sen_sem_synced", "semaphore", Replicas::Synced));
+    family_sentinel("family_sen_sem_synced", "semaphore", Replicas::Synced);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_rw_synced() {
-    long_only_run(|| family_sentinel("family_sen_rw_synced", "rw", Replicas::Synced));
+    family_sentinel("family_sen_rw_synced", "rw", Replicas::Synced);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_all_synced() {
-    long_only_run(|| family_sentinel("family_sen_all_synced", "all", Replicas::Synced));
+    family_sentinel("family_sen_all_synced", "all", Replicas::Synced);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_semaphore_unsynced_with_grace() {
-    long_only_run(|| {
-        family_sentinel(
-            "family_sen_sem_grace",
-            "semaphore",
-            Replicas::UnsyncedWithGrace,
-        )
-    });
+    family_sentinel(
+        "family_sen_sem_grace",
+        "semaphore",
+        Replicas::UnsyncedWithGrace,
+    );
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_rw_unsynced_with_grace() {
-    long_only_run(|| family_sentinel("family_sen_rw_grace", "rw", Replicas::UnsyncedWithGrace));
+    family_sentinel("family_sen_rw_grace", "rw", Replicas::UnsyncedWithGrace);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_all_unsynced_with_grace() {
-    long_only_run(|| family_sentinel("family_sen_all_grace", "all", Replicas::UnsyncedWithGrace));
+    family_sentinel("family_sen_all_grace", "all", Replicas::UnsyncedWithGrace);
 }
 
 #[cfg(feature = "cluster")]
 #[test]
 fn family_cluster_semaphore_failover() {
-    long_only_run(|| family_cluster("family_cl_sem_failover", "semaphore"));
+    family_cluster("family_cl_sem_failover", "semaphore");
 }
 
 #[cfg(feature = "cluster")]
 #[test]
 fn family_cluster_rw_failover() {
-    long_only_run(|| family_cluster("family_cl_rw_failover", "rw"));
+    family_cluster("family_cl_rw_failover", "rw");
 }
 
 #[cfg(feature = "cluster")]
@@ -400,35 +399,35 @@ fn family_cluster_all_failover() {
 #[cfg(feature = "cluster")]
 #[test]
 fn family_cluster_semaphore_master_killed() {
-    long_only_run(|| family_cluster_killed("family_cl_sem_killed", "semaphore"));
+    family_cluster_killed("family_cl_sem_killed", "semaphore");
 }
 
 #[cfg(feature = "cluster")]
 #[test]
 fn family_cluster_rw_master_killed() {
-    long_only_run(|| family_cluster_killed("family_cl_rw_killed", "rw"));
+    family_cluster_killed("family_cl_rw_killed", "rw");
 }
 
 #[cfg(feature = "cluster")]
 #[test]
 fn family_cluster_all_master_killed() {
-    long_only_run(|| family_cluster_killed("family_cl_all_killed", "all"));
+    family_cluster_killed("family_cl_all_killed", "all");
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_semaphore_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_sem_unsynced", "semaphore", Replicas::Unsynced));
+    family_sentinel("family_sen_sem_unsynced", "semaphore", Replicas::Unsynced);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_rw_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_rw_unsynced", "rw", Replicas::Unsynced));
+    family_sentinel("family_sen_rw_unsynced", "rw", Replicas::Unsynced);
 }
 
 #[cfg(feature = "sentinel")]
 #[test]
 fn family_sentinel_all_unsynced() {
-    long_only_run(|| family_sentinel("family_sen_all_unsynced", "all", Replicas::Unsynced));
+    family_sentinel("family_sen_all_unsynced", "all", Replicas::Unsynced);
 }
