@@ -56,6 +56,15 @@ fn exists_asking(node: &support::RedisServer, key: &str) -> bool {
         .expect("EXISTS")
 }
 
+/// Each node's `connected_clients`.
+fn connected_clients(cluster: &RedisCluster) -> Vec<u64> {
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| n.info_field("clients", "connected_clients"))
+        .collect()
+}
+
 fn exists_on(cluster: &RedisCluster, node: usize, key: &str) -> bool {
     match cluster.nodes()[node].cmd(&["EXISTS", key]) {
         Value::Int(n) => n == 1,
@@ -667,13 +676,7 @@ async fn a_master_restarted_empty_is_noticed_per_node() {
 
     // Dropped, a client leaves no connection behind (its identity checker
     // ends with it): one connection per master.
-    let open = || -> Vec<u64> {
-        cluster
-            .nodes()
-            .iter()
-            .map(|n| n.info_field("clients", "connected_clients"))
-            .collect()
-    };
+    let open = || connected_clients(&cluster);
     let before = open();
     drop(peer);
     let dropped = Instant::now();
@@ -700,64 +703,19 @@ async fn a_master_restarted_empty_is_noticed_per_node() {
 /// grant as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_promoted_without_the_data_is_a_failover_of_its_slots_only() {
-    const GRACE: Duration = Duration::from_secs(3);
-    const LEASE: Duration = Duration::from_secs(60);
-    let master = 1;
-    let other = 2;
-    let (mut cluster, replica) = tokio::task::spawn_blocking(move || {
-        let mut cluster = RedisCluster::start(3);
-        let replica = cluster.add_replica(master);
-        (cluster, replica)
-    })
-    .await
-    .expect("cluster formation");
-    while cluster
-        .nodes()
-        .iter()
-        .any(|n| n.info_field("server", "uptime_in_seconds") <= GRACE.as_secs() + 1)
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let held = key_on(&cluster, master, "held");
-    let never_asked = key_on(&cluster, master, "never");
-    let young = key_on(&cluster, master, "young");
-
-    let holder = client(&cluster).await;
-    let peer = client(&cluster).await;
-    let graced = LockClient::builder()
-        .restart_grace(GRACE)
-        .connect_cluster(cluster.urls())
-        .await
-        .expect("connect with restart_grace");
-    tokio::task::block_in_place(|| cluster.node_mut(replica).stop());
-    let guard = holder
-        .lock(&held)
-        .ttl(LEASE)
-        .renew(true)
-        .acquire()
-        .await
-        .expect("the holder's lease");
-    assert!(
-        peer.lock(&held)
-            .ttl(LEASE)
-            .try_acquire()
-            .await
-            .expect("ask")
-            .is_none(),
-        "held by the holder"
-    );
-
+    let mut p = Promotion::set_up(|cluster, replica| cluster.node_mut(replica).stop()).await;
     // The master dies; its replica comes back empty and takes over.
-    let slot = slot_of(&held);
+    let (master, replica) = (Promotion::MASTER, p.replica);
+    let slot = slot_of(&p.held);
     let failover = Instant::now();
     tokio::task::block_in_place(|| {
-        cluster.node_mut(master).stop();
-        cluster.node_mut(replica).restart();
-        cluster.kill_and_fail_over(master, replica, slot);
+        p.cluster.node_mut(master).stop();
+        p.cluster.node_mut(replica).restart();
+        p.cluster.kill_and_fail_over(master, replica, slot);
     });
     let promoted = failover.elapsed();
-    assert_eq!(cluster.node_for_slot(slot), replica);
-    tokio::time::timeout(Duration::from_secs(8), guard.lost())
+    assert_eq!(p.cluster.node_for_slot(slot), replica);
+    tokio::time::timeout(Duration::from_secs(8), p.guard.lost())
         .await
         .expect("the holder is told that its lease is gone, before its next renewal");
     println!(
@@ -765,24 +723,164 @@ async fn a_replica_promoted_without_the_data_is_a_failover_of_its_slots_only() {
          replica promoted after {promoted:?}",
         failover.elapsed()
     );
-    assert_eq!(guard.lost_cause(), Some(leasehold::LostCause::FailedOver));
+    assert_eq!(p.guard.lost_cause(), Some(leasehold::LostCause::FailedOver));
+    p.closed_after_the_promotion().await;
+}
 
-    closed_for_about_the_lease(&peer, &held, &never_asked, LEASE, Duration::from_secs(20)).await;
-    let young_refused = graced
-        .lock(&young)
-        .try_acquire()
-        .await
-        .expect_err("restart_grace: nothing granted on a primary promoted within the grace");
-    assert!(young_refused.is_unavailable(), "{young_refused}");
+/// A failover that breaks none of the client's connections: `CLUSTER
+/// FAILOVER` turns the old master into a replica that still answers, with
+/// `MOVED`, and redis-rs follows the redirect to the promoted replica by
+/// itself. Here the replica lacks the holder's lease (flushed on it alone,
+/// as a replica that lagged would lack it). The redirect is seen as a
+/// change: the peer's attempt, granted by the promoted node, is taken back
+/// and refused as unavailable for about the lease (before: granted, two
+/// holders); the holder is told; `restart_grace` applies to the promoted
+/// node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_followed_by_moved_over_open_connections_is_seen() {
+    let p = Promotion::set_up(|_, _| {}).await;
+    let (master, replica) = (Promotion::MASTER, p.replica);
+    // The replica has the lease; it loses it alone (as one that lagged
+    // would lack it): a write without keys is not redirected.
+    let name = lock_name(&p.held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.cluster.nodes()[replica].keys("*").contains(&name) {
+        assert!(Instant::now() < deadline, "the lease reaches the replica");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p.cluster.nodes()[replica].cmd(&["CONFIG", "SET", "replica-read-only", "no"]);
+    p.cluster.nodes()[replica].cmd(&["FLUSHALL"]);
+    assert!(p.cluster.nodes()[replica].keys("*").is_empty());
+    tokio::task::block_in_place(|| p.cluster.manual_failover(replica, slot_of(&p.held)));
     assert!(
-        graced
-            .lock(key_on(&cluster, other, "graced"))
+        p.cluster.nodes()[master].is_running(),
+        "the old master stays up"
+    );
+    assert!(
+        !exists_on(&p.cluster, replica, &name),
+        "the promoted replica lacks the lease"
+    );
+
+    let attempt = Instant::now();
+    p.closed_after_the_promotion().await;
+    tokio::time::timeout(Duration::from_secs(8), p.guard.lost())
+        .await
+        .expect("the holder is told that its lease is gone");
+    println!(
+        "cluster/failover over open connections: holder told {:?} after the first redirected attempt",
+        attempt.elapsed()
+    );
+    assert_eq!(p.guard.lost_cause(), Some(leasehold::LostCause::FailedOver));
+}
+
+/// Three masters, a replica of master 1, all older than the grace; a
+/// holder's lease on master 1 that a peer asked for; a client with
+/// `restart_grace`.
+struct Promotion {
+    cluster: RedisCluster,
+    replica: usize,
+    held: String,
+    never_asked: String,
+    young: String,
+    peer: LockClient,
+    graced: LockClient,
+    guard: leasehold::LockGuard,
+    _holder: LockClient,
+}
+
+impl Promotion {
+    const GRACE: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_secs(60);
+    const MASTER: usize = 1;
+    const OTHER: usize = 2;
+
+    /// `before_grant` runs just before the holder's lease is granted.
+    async fn set_up(before_grant: impl FnOnce(&mut RedisCluster, usize)) -> Promotion {
+        let (mut cluster, replica) = tokio::task::spawn_blocking(|| {
+            let mut cluster = RedisCluster::start(3);
+            let replica = cluster.add_replica(Promotion::MASTER);
+            (cluster, replica)
+        })
+        .await
+        .expect("cluster formation");
+        // Older than the grace (uptime counts whole seconds, read 1 s low).
+        while cluster
+            .nodes()
+            .iter()
+            .any(|n| n.info_field("server", "uptime_in_seconds") <= Self::GRACE.as_secs() + 1)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let held = key_on(&cluster, Self::MASTER, "held");
+        let never_asked = key_on(&cluster, Self::MASTER, "never");
+        let young = key_on(&cluster, Self::MASTER, "young");
+        let holder = client(&cluster).await;
+        let peer = client(&cluster).await;
+        let graced = LockClient::builder()
+            .restart_grace(Self::GRACE)
+            .connect_cluster(cluster.urls())
+            .await
+            .expect("connect with restart_grace");
+        tokio::task::block_in_place(|| before_grant(&mut cluster, replica));
+        let guard = holder
+            .lock(&held)
+            .ttl(Self::LEASE)
+            .renew(true)
+            .acquire()
+            .await
+            .expect("the holder's lease");
+        assert!(
+            peer.lock(&held)
+                .ttl(Self::LEASE)
+                .try_acquire()
+                .await
+                .expect("ask")
+                .is_none(),
+            "held by the holder"
+        );
+        Promotion {
+            cluster,
+            replica,
+            held,
+            never_asked,
+            young,
+            peer,
+            graced,
+            guard,
+            _holder: holder,
+        }
+    }
+
+    /// After the replica took over: the key the peer asked for is closed
+    /// for about the lease, one never asked for is granted; the graced
+    /// client refuses the promoted replica's keys, and the other masters
+    /// grant as usual.
+    async fn closed_after_the_promotion(&self) {
+        closed_for_about_the_lease(
+            &self.peer,
+            &self.held,
+            &self.never_asked,
+            Self::LEASE,
+            Duration::from_secs(20),
+        )
+        .await;
+        let young_refused = self
+            .graced
+            .lock(&self.young)
             .try_acquire()
             .await
-            .expect("an old master")
-            .is_some(),
-        "the other masters grant as usual"
-    );
+            .expect_err("restart_grace: nothing granted on a primary promoted within the grace");
+        assert!(young_refused.is_unavailable(), "{young_refused}");
+        assert!(
+            self.graced
+                .lock(key_on(&self.cluster, Self::OTHER, "graced"))
+                .try_acquire()
+                .await
+                .expect("an old master")
+                .is_some(),
+            "the other masters grant as usual"
+        );
+    }
 }
 
 /// After a master changed: `held`, asked for within its lease before the
@@ -823,13 +921,7 @@ async fn closed_for_about_the_lease(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_builder_client_leaves_no_connection_on_any_master() {
     let cluster = start_cluster().await;
-    let open = || -> Vec<u64> {
-        cluster
-            .nodes()
-            .iter()
-            .map(|n| n.info_field("clients", "connected_clients"))
-            .collect()
-    };
+    let open = || connected_clients(&cluster);
     let before = open();
     for grace in [None, Some(Duration::from_secs(1))] {
         let mut builder = LockClient::builder();

@@ -589,7 +589,9 @@ impl Model for Protocol {
                 self.send_acquire(&mut w, c, true, how)
             }
             Action::TakeGrant(c) => {
-                let lock_there = survival_shown(&w.server, w.epoch);
+                // The lock key is the handed lease itself: only the
+                // survival mark shows that the key's state survived.
+                let lock_there = w.server.survived.is_some_and(|(_, e)| e == w.epoch);
                 let cl = &mut w.clients[usize::from(c)];
                 let (fence, from) = cl.grant.take()?;
                 cl.notified = false;

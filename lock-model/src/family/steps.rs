@@ -501,7 +501,9 @@ impl Model for Family {
                 self.announce(&mut w, effects);
             }
             Action::TakeGrant(c) => {
-                let lock_there = w.server.lock_exists();
+                // The holders hash holds the handed permit itself: no
+                // evidence that the key's state survived (and the family
+                // leaves no survival mark), so a closed key stays closed.
                 let restarts = self.config.restarts;
                 let grace = self.config.restart_grace;
                 let cl = &mut w.clients[usize::from(c)];
@@ -515,12 +517,8 @@ impl Model for Family {
                 }
                 g.young = None;
                 if g.closed.is_some_and(|u| u > now) {
-                    if lock_there {
-                        g.closed = None;
-                    } else {
-                        // Refused: the next attempt finds out (and waits).
-                        return None;
-                    }
+                    // Refused: the next attempt finds out (and waits).
+                    return None;
                 }
                 g.closed = None;
                 if cl.issued.take() != Some(fence) {

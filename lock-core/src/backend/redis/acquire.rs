@@ -46,13 +46,34 @@ impl<T: Topology> RedisBackend<T> {
     /// (left by a release of a lease held across the change) is on the
     /// server: its state survived the change.
     pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
+        self.admit_as(keys, ttl, false).await
+    }
+
+    /// [`Self::admit`] for `keys` just granted to this client there (by
+    /// its attempt, or handed by a release): their lock key is this grant
+    /// and shows nothing about the state before a change, so only a
+    /// survival mark opens a closed key.
+    pub(super) async fn admit_granted(
+        &self,
+        keys: &LockKeys,
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        self.admit_as(keys, ttl, true).await
+    }
+
+    async fn admit_as(
+        &self,
+        keys: &LockKeys,
+        ttl: Duration,
+        granted: bool,
+    ) -> Result<(), LockError> {
         if let crate::backend::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
         {
             // Across slots (Redis Cluster), each key lives on its own
             // primary: each is judged there.
             for keys in &all.keys {
-                Box::pin(self.admit(keys, ttl)).await?;
+                Box::pin(self.admit_as(keys, ttl, granted)).await?;
             }
             return Ok(());
         }
@@ -62,7 +83,7 @@ impl<T: Topology> RedisBackend<T> {
         {
             Admission::Open => Ok(()),
             Admission::Closed(refusal) => Err(refusal),
-            Admission::Check(refusal) => self.check_survival(keys, refusal).await,
+            Admission::Check(refusal) => self.check_survival_as(keys, refusal, granted).await,
         }
     }
 
@@ -75,6 +96,17 @@ impl<T: Topology> RedisBackend<T> {
         &self,
         keys: &LockKeys,
         refusal: LockError,
+    ) -> Result<(), LockError> {
+        self.check_survival_as(keys, refusal, false).await
+    }
+
+    /// [`Self::check_survival`]; `granted`: the lock key is this client's
+    /// own grant, and does not count.
+    async fn check_survival_as(
+        &self,
+        keys: &LockKeys,
+        refusal: LockError,
+        granted: bool,
     ) -> Result<(), LockError> {
         let mark = keys.survival_mark();
         let mark = &mark;
@@ -95,7 +127,7 @@ impl<T: Topology> RedisBackend<T> {
             .gate
             .identity_tag(self.topology.slot_of(keys))
             .map(super::scripts::mark_value);
-        if exists || (marked.is_some() && marked == this_change) {
+        if (exists && !granted) || (marked.is_some() && marked == this_change) {
             self.gate.survived(keys.key());
             return Ok(());
         }
@@ -245,8 +277,10 @@ impl<T: Topology> RedisBackend<T> {
         }
         .map_err(|e| e.into_lock_error(&self.server, keys))?;
         if matches!(acquired, Acquired::Yes { .. }) && self.gate.connection_number() != connection {
+            // The lock key is there now: this grant. Only a survival mark
+            // shows that the key's state survived a change seen meanwhile.
             let admitted = match self.verify(keys).await {
-                Ok(()) => self.admit(keys, ttl).await,
+                Ok(()) => self.admit_granted(keys, ttl).await,
                 Err(e) => Err(e),
             };
             if let Err(refused) = admitted {

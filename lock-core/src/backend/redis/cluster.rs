@@ -22,7 +22,9 @@
 //!   id and slots, a new process) or be replaced by a promoted replica
 //!   while the others run on, and redis-rs reconnects to it by itself. The
 //!   command connection speaks RESP3 so that it reports every broken node
-//!   connection: the gate then forgets which primaries were checked, a
+//!   connection, and its node connections report a `MOVED` or `READONLY`
+//!   (a slot changed hands, maybe by a failover that broke no connection:
+//!   see `redirects.rs`): the gate then forgets which primaries were checked, a
 //!   background task reads the slot map and every primary's `INFO` again
 //!   (retrying the ones that do not answer until they do), and a grant on
 //!   a primary not read since reads it first. Restarts and failovers found
@@ -52,6 +54,7 @@ use redis::{ConnectionInfo, ErrorKind, ProtocolVersion, PushKind, RedisError, Re
 use tokio::sync::{Notify, mpsc};
 
 use super::gate::{Gate, Identity, Seen, slot_of, within};
+use super::redirects::{self, Watched};
 use super::sharded::{ClusterPubSub, Wanted, follow_moved_subscriptions, forward};
 use super::{RedisBackend, Topology, scan_command};
 use crate::backend::connect::{backend_error, parse_all, shown_all, within_connect_timeout};
@@ -70,8 +73,12 @@ const MIN_RETRIES: u32 = 6;
 /// a node connection broke, while one of them does not answer.
 const MAX_CHECK_DELAY: Duration = Duration::from_millis(500);
 
+/// The command connection: its node connections report a slot that
+/// changed hands (see `redirects.rs`).
+pub(crate) type Commands = ClusterConnection<Watched>;
+
 pub(crate) struct Cluster {
-    conn: ClusterConnection,
+    conn: Commands,
     /// The seed nodes, for the listener connection opened on the first wait.
     nodes: Vec<ConnectionInfo>,
     settings: ConnectSettings,
@@ -102,8 +109,13 @@ impl Cluster {
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(tell_gate(&gate, &broke));
         let client = build_client(builder, &server)?;
-        let mut conn =
-            within_connect_timeout(client.get_async_connection(), settings, &server).await?;
+        let mut conn = within_connect_timeout(
+            client.get_async_generic_connection::<Watched>(),
+            settings,
+            &server,
+        )
+        .await?;
+        redirects::watch(&gate, &broke);
         if !check_primaries(&conn, &gate, true, None).await? {
             return Err(not_all(&server));
         }
@@ -199,7 +211,7 @@ fn tell_gate(
 /// until all have answered: a primary that restarted or was replaced is
 /// found as soon as it is back, and the leases held there are checked then
 /// (not at their next renewal). Ends with the backend.
-async fn recheck_after_breaks(broke: Arc<Notify>, conn: ClusterConnection, gate: Weak<Gate>) {
+async fn recheck_after_breaks(broke: Arc<Notify>, conn: Commands, gate: Weak<Gate>) {
     // Ends when the gate (and so the backend) is gone: this task holds the
     // connection, whose push sender holds `broke`.
     let Some(mut gone) = gate.upgrade().map(|g| g.changes()) else {
@@ -249,7 +261,7 @@ type Primary = (String, String, u16, Vec<(u16, u16)>);
 /// them to the gate. `Ok(false)` when a primary did not answer (the others
 /// are applied).
 async fn check_primaries(
-    conn: &ClusterConnection,
+    conn: &Commands,
     gate: &Gate,
     first: bool,
     only: Option<u16>,
@@ -309,7 +321,7 @@ async fn check_primaries(
 }
 
 /// The primaries and their slots, from `CLUSTER SLOTS`.
-async fn slot_map(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
+async fn slot_map(conn: &mut Commands) -> RedisResult<Vec<Primary>> {
     let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
     let mut found: Vec<Primary> = Vec::new();
     for range in ranges {
@@ -338,7 +350,7 @@ async fn slot_map(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
 }
 
 /// The primaries (host, port) that serve slots now, from `CLUSTER SLOTS`.
-async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+async fn primaries(conn: &mut Commands) -> RedisResult<Vec<(String, u16)>> {
     let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
     let mut found: Vec<(String, u16)> = Vec::new();
     for range in ranges {
@@ -361,7 +373,7 @@ async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16
 
 /// Every key matching `glob` on the primary at `host:port`, by `SCAN`.
 async fn scan_node(
-    mut conn: ClusterConnection,
+    mut conn: Commands,
     host: String,
     port: u16,
     glob: &str,
@@ -429,7 +441,7 @@ fn build_client(builder: ClusterClientBuilder, server: &str) -> Result<ClusterCl
 /// Whether the servers know `SPUBLISH` (Redis ≥ 7). A server that refuses
 /// `COMMAND INFO` (renamed or forbidden, as on some managed services) gets
 /// plain pub/sub, which works everywhere.
-async fn supports_sharded_pubsub(conn: &mut ClusterConnection) -> RedisResult<bool> {
+async fn supports_sharded_pubsub(conn: &mut Commands) -> RedisResult<bool> {
     let reply: RedisResult<Vec<Value>> = redis::cmd("COMMAND")
         .arg("INFO")
         .arg("SPUBLISH")
@@ -446,9 +458,9 @@ async fn supports_sharded_pubsub(conn: &mut ClusterConnection) -> RedisResult<bo
 }
 
 impl Topology for Cluster {
-    type Conn = ClusterConnection;
+    type Conn = Commands;
 
-    fn connection(&self) -> ClusterConnection {
+    fn connection(&self) -> Commands {
         self.conn.clone()
     }
 

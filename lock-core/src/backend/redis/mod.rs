@@ -25,6 +25,8 @@ pub(crate) mod cluster;
 mod family;
 pub(crate) mod gate;
 mod inspect;
+#[cfg(feature = "cluster")]
+mod redirects;
 pub(crate) mod redlock;
 mod release;
 mod scan;
@@ -291,7 +293,8 @@ impl<T: Topology> Backend for RedisBackend<T> {
             if !self.gate.is_verified() {
                 self.verify(keys).await?;
             }
-            self.admit(keys, ttl).await
+            // The lock key is the handed lease: no evidence of survival.
+            self.admit_granted(keys, ttl).await
         })
     }
 
