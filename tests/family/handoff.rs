@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold::{LockClient, LockGuard, LockRequest};
 use tokio::task::JoinHandle;
 
+use crate::fixture::{commands_logged, evalsha_of, log_every_command};
 use crate::semantics::until_in_line;
 use crate::support::RedisServer;
 
@@ -275,38 +276,6 @@ async fn a_cancelled_writer_hands_the_lock_to_the_reader_behind_it() {
     holding.release().await.unwrap();
 }
 
-/// `EVALSHA`s of `source` among the commands `server` logged since
-/// [`log_all`].
-fn evalshas_of(server: &RedisServer, source: &str) -> usize {
-    let sha = redis::Script::new(source).get_hash().to_owned();
-    let redis::Value::Array(entries) = server.cmd(&["SLOWLOG", "GET", "100000"]) else {
-        panic!("SLOWLOG GET");
-    };
-    entries
-        .into_iter()
-        .filter(|entry| {
-            let redis::Value::Array(parts) = entry else {
-                return false;
-            };
-            let Some(redis::Value::Array(args)) = parts.get(3) else {
-                return false;
-            };
-            let text = |v: Option<&redis::Value>| match v {
-                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
-                _ => String::new(),
-            };
-            text(args.first()) == "evalsha" && text(args.get(1)) == sha
-        })
-        .count()
-}
-
-/// Log every command from now on (`SLOWLOG` of everything).
-fn log_all(server: &RedisServer) {
-    server.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
-    server.cmd(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
-    server.cmd(&["SLOWLOG", "RESET"]);
-}
-
 /// A waiter whose client already listens on the key's channel (another of
 /// its waiters waits there) joins that subscription before its first
 /// attempt: it takes its place with one attempt and sleeps, without a
@@ -328,12 +297,15 @@ async fn a_waiter_whose_client_already_listens_sends_one_attempt() {
     // The first waiter's look again after subscribing is done (keep-alives
     // are another script, not counted).
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    log_all(&server);
+    log_every_command(&server);
     let second = spawn_waiter(client.semaphore("one", 1).ttl(SHORT));
     until_in_line(&holder, "one", 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        evalshas_of(&server, leasehold::__private::FAMILY_ACQUIRE_SOURCE),
+        evalsha_of(
+            &commands_logged(&server),
+            leasehold::__private::FAMILY_ACQUIRE_SOURCE,
+        ),
         1,
         "the second waiter's attempts"
     );

@@ -4,6 +4,7 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 
 use super::call::{Lua, ScriptError, evalsha, invoke, unexpected};
+use super::family_release::messages;
 use crate::backend::LockKeys;
 
 /// The script's source as Redis runs it (with the shared helpers first).
@@ -54,14 +55,7 @@ fn decode(reply: Value) -> Result<(bool, Vec<String>), ScriptError> {
                 Some(Value::Int(held)) => held == 1,
                 _ => return Err(unexpected("family_abandon")),
             };
-            let told = parts
-                .map(|message| match message {
-                    Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-                    _ => None,
-                })
-                .collect::<Option<Vec<String>>>()
-                .ok_or_else(|| unexpected("family_abandon"))?;
-            Ok((held, told))
+            Ok((held, messages(parts, "family_abandon")?))
         }
         _ => Err(unexpected("family_abandon")),
     }

@@ -137,15 +137,23 @@ fn decode(reply: Value) -> Result<FamilyReleased, ScriptError> {
         }),
         Value::Array(told) => Ok(FamilyReleased {
             owned: Owned::Yes,
-            told: told
-                .into_iter()
-                .map(|message| match message {
-                    Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-                    _ => None,
-                })
-                .collect::<Option<Vec<String>>>()
-                .ok_or_else(|| unexpected("family_release"))?,
+            told: messages(told, "family_release")?,
         }),
         _ => Err(unexpected("family_release")),
     }
+}
+
+/// The messages `family_hand_on.lua` published (a release's or an
+/// abandon's reply), in line order; `script` names the one that answered.
+pub(super) fn messages(
+    told: impl IntoIterator<Item = Value>,
+    script: &'static str,
+) -> Result<Vec<String>, ScriptError> {
+    told.into_iter()
+        .map(|message| match message {
+            Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<String>>>()
+        .ok_or_else(|| unexpected(script))
 }
