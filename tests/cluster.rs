@@ -900,7 +900,9 @@ async fn closed_for_about_the_lease(
         .await
         .expect_err("a key asked for within its lease before the change is closed");
     assert!(refused.is_unavailable() && !refused.is_busy(), "{refused}");
-    let left = refused.retry_after().expect("when it reopens");
+    let left = refused
+        .retry_after()
+        .unwrap_or_else(|| panic!("when it reopens: {refused}"));
     assert!(
         left > lease - slack && left <= lease,
         "closed for about the lease: {left:?}"

@@ -69,6 +69,10 @@ use crate::error::LockError;
 /// many: following a migration can take a `MOVED`, an `ASK` and a `TRYAGAIN`.
 const MIN_RETRIES: u32 = 6;
 
+/// Reads of the primaries' identities for one grant, when each is
+/// overtaken by another disconnection or redirect (a failover in progress).
+const MAX_CHECKS: u32 = 5;
+
 /// The longest pause between two reads of the primaries' identities after
 /// a node connection broke, while one of them does not answer.
 const MAX_CHECK_DELAY: Duration = Duration::from_millis(500);
@@ -499,12 +503,23 @@ impl Topology for Cluster {
         slot: Option<u16>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let all = check_primaries(&self.conn, gate, false, slot).await?;
-            match slot {
-                Some(slot) if !gate.is_node_verified(slot) => Err(not_all(&self.server)),
-                None if !all => Err(not_all(&self.server)),
-                _ => Ok(()),
+            // A check that a disconnection or a redirect overtook marks
+            // nothing checked (see `Gate::apply_cluster`): read again, a
+            // few times, while every primary answers.
+            for _ in 0..MAX_CHECKS {
+                let all = check_primaries(&self.conn, gate, false, slot).await?;
+                let checked = match slot {
+                    Some(slot) => gate.is_node_verified(slot),
+                    None => gate.is_verified(),
+                };
+                if checked {
+                    return Ok(());
+                }
+                if !all {
+                    break;
+                }
             }
+            Err(not_all(&self.server))
         })
     }
 
