@@ -259,6 +259,23 @@ impl FamilyServer {
         live
     }
 
+    /// `live_head`: the first live waiter in line, dropping (LPOP, HDEL)
+    /// the lapsed or missing places before it; the rest of the line is
+    /// not read (a release's handing on walks the line from its head
+    /// only).
+    fn live_head(&mut self, now: Time) -> Option<Place> {
+        while let Some(&token) = self.line.first() {
+            match self.place(token) {
+                Some(p) if p.until > now => return Some(p),
+                _ => {
+                    self.line.remove(0);
+                    self.hdel_place(token);
+                }
+            }
+        }
+        None
+    }
+
     /// `outlive` for the holders hash: PTTL below `until - now` (or no
     /// expiry) makes it live until `until`.
     fn outlive_holders(&mut self, until: Time) {
@@ -315,7 +332,25 @@ impl FamilyServer {
             self.outlive_holders(now + LEASE);
             return (FamAcq::Granted(fence), effects);
         }
-        let mut line = self.live_line(now);
+        // Nobody may go whatever the line holds: busy, reading the line's
+        // head only (`live_head`) and the caller's own place (lapsed, it
+        // leaves the line and its position).
+        let full = match kind {
+            Kind::Permit => holders.len() >= usize::from(permits),
+            Kind::Write => !holders.is_empty(),
+            Kind::Read => holders.iter().any(|h| h.kind == Kind::Write),
+        };
+        let mut line = if full {
+            if self.place(token).is_some_and(|p| p.until <= now) {
+                self.lrem(token);
+                self.hdel_place(token);
+            }
+            let head = self.live_head(now);
+            self.tidy();
+            head.into_iter().collect()
+        } else {
+            self.live_line(now)
+        };
         let position = line
             .iter()
             .position(|p| p.token == token)
@@ -442,7 +477,8 @@ impl FamilyServer {
     }
 
     /// family_release.lua's handing on (also its wake mode, keep -1, after
-    /// a native `HDEL`): each waiter that may go, first in line first,
+    /// a native `HDEL`), walking the line from its head (`live_head`):
+    /// each waiter that may go, first in line first,
     /// whose place has its `~` field, becomes a holder for the lease that
     /// field names ([`LEASE`], at most the place life) with
     /// a fresh fence (the clock `floor`, raised above the fence key and
@@ -455,9 +491,8 @@ impl FamilyServer {
             return (FamRel::WrongType, effects);
         }
         let mut holders = self.live_holders(now);
-        let mut line = self.live_line(now);
-        while let Some(&head) = line.first() {
-            if !may_go(head.kind, 1, &holders, &line, permits) {
+        while let Some(head) = self.live_head(now) {
+            if !may_go(head.kind, 1, &holders, &[], permits) {
                 break;
             }
             let Some((seen, sent, lease)) = self.record(head.token) else {
@@ -483,7 +518,6 @@ impl FamilyServer {
             self.outlive_holders(now + lease);
             self.lrem(head.token);
             self.hdel_place(head.token);
-            line.remove(0);
             holders.push(mine);
             effects
                 .granted

@@ -76,6 +76,38 @@ local function live_line(line, places, kind, now)
   return live
 end
 
+-- The first live waiter in line (a release's handing on, and a waiter
+-- that may not go whatever the line holds, need no more): {token, kind,
+-- until}, dropping (LREM, HDEL) the lapsed or missing places before it as
+-- live_line does; nil when nobody lives in line; false and live_line's
+-- code when the line or a place holds another type, or the head is of
+-- another kind. It reads the line from its head only: the cost does not
+-- grow with the line's length (live_line reads every place).
+local function live_head(line, places, kind, now)
+  while true do
+    local token = typed('LINDEX', line, 0)
+    if type(token) == 'table' then
+      return false, 3
+    end
+    if not token then
+      return nil
+    end
+    local place = typed('HGET', places, token)
+    if type(place) == 'table' then
+      return false, 4
+    end
+    local k, untl = string.match(place or '', '^(%a)(%d+)$')
+    if (place and not k) or (k and not same_family(k, kind)) then
+      return false, 1
+    end
+    if k and tonumber(untl) > now then
+      return {token, k, tonumber(untl)}
+    end
+    redis.call('LPOP', line)
+    redis.call('HDEL', places, token, '~' .. token)
+  end
+end
+
 -- Whether a waiter of `kind` at `position` (1-based; #line + 1 for one not
 -- in line) of `line` may go now, given the live `holders` and `permits`
 -- (semaphores only).

@@ -48,10 +48,6 @@ if #holders == 0 then
 end
 local base = string.sub(KEYS[1], 1, -6)
 local line_key, places_key, fence_named = KEYS[2], KEYS[3], KEYS[4]
-local line = live_line(line_key, places_key, kind, now)
-if not line then
-  return held
-end
 local permits = tonumber(ARGV[3])
 local channel, publish = ARGV[4], ARGV[5]
 local function finish(told)

@@ -73,9 +73,49 @@ for _, holder in ipairs(holders) do
     return holder[4]
   end
 end
-local line, bad = live_line(line_key, places_key, kind, now)
-if not line then
-  return {-1, bad}
+-- Nobody may go now whatever the line holds (every permit taken, a
+-- writer holding against a reader, anyone holding against a writer):
+-- busy, reading the line's head only (live_head) and this waiter's own
+-- place (one that lapsed leaves the line: its position is lost), so that
+-- a waiter's attempt costs the same however long the line is.
+local full = false
+if kind == 's' then
+  full = #holders >= permits
+elseif kind == 'w' then
+  full = #holders > 0
+else
+  for _, holder in ipairs(holders) do
+    if holder[2] == 'w' then
+      full = true
+      break
+    end
+  end
+end
+local line, bad
+if full then
+  local own = typed('HGET', places_key, token)
+  if type(own) == 'table' then
+    return {-1, 4}
+  end
+  local k, untl = string.match(own or '', '^(%a)(%d+)$')
+  if own and (not k or not same_family(k, kind)) then
+    return {-1, 1}
+  end
+  if k and tonumber(untl) <= now then
+    redis.call('LREM', line_key, 1, token)
+    redis.call('HDEL', places_key, token, '~' .. token)
+  end
+  local head
+  head, bad = live_head(line_key, places_key, kind, now)
+  if head == false then
+    return {-1, bad}
+  end
+  line = {head}
+else
+  line, bad = live_line(line_key, places_key, kind, now)
+  if not line then
+    return {-1, bad}
+  end
 end
 local position = #line + 1
 for i, waiter in ipairs(line) do

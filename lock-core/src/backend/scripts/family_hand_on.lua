@@ -9,17 +9,22 @@
 -- name>:<token>`. The first that may go without the field is told
 -- `next:<token>` and the handing on stops there (it looks itself).
 --
--- The script before it defines: `holders` and `line` (family.lua's
--- live_holders and live_line of the key, read by it), `now`, `base` (the
+-- The script before it defines: `holders` (family.lua's live_holders of
+-- the key, read by it), `kind`, `now`, `base` (the
 -- lock key less ':lock'), `line_key`, `places_key`, `fence_named` (the
 -- fence key's name, or nil to name it from `base`), `permits`, `channel`,
 -- `publish`, and `finish(told)`, which makes its reply of the messages
 -- published.
 
+-- The line is walked from its head only (family.lua's live_head): the
+-- cost of a release does not grow with the line's length.
 local told = {}
 local fence_key, clock, last, fence_bad
-while line[1] and may_go(line[1][2], 1, holders, line, permits) do
-  local head = line[1]
+while true do
+  local head = live_head(line_key, places_key, kind, now)
+  if not head or not may_go(head[2], 1, holders, {}, permits) then
+    break
+  end
   local record = typed('HGET', places_key, '~' .. head[1])
   local lease, life, seen, attempt
   if type(record) == 'string' then
@@ -64,9 +69,8 @@ while line[1] and may_go(line[1][2], 1, holders, line, permits) do
   local untl = now + tonumber(lease)
   redis.call('HSET', KEYS[1], head[1], head[2] .. untl .. ':' .. fence)
   outlive(KEYS[1], now, untl)
-  redis.call('LREM', line_key, 1, head[1])
+  redis.call('LPOP', line_key)
   redis.call('HDEL', places_key, head[1], '~' .. head[1])
-  table.remove(line, 1)
   holders[#holders + 1] = {head[1], head[2], untl, fence}
   local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
   redis.call(publish, channel, message)

@@ -79,10 +79,6 @@ if #holders == 0 then
 end
 -- Named only now: building a name costs the server time on every call.
 local places_key = KEYS[3] or base .. ':places'
-local line = live_line(line_key, places_key, kind, now)
-if not line then
-  return 1
-end
 local permits = tonumber(ARGV[4])
 local channel = ARGV[5] or base .. ':released'
 local publish = ARGV[6] or 'PUBLISH'
