@@ -26,7 +26,7 @@ use futures_util::FutureExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::Connect;
 use redis::{
-    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
+    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult,
     ServerErrorKind, Value,
 };
 use tokio::sync::Notify;
@@ -83,6 +83,14 @@ fn error_changed_hands(error: &RedisError) -> bool {
     }
 }
 
+/// A reply of one command: a `MOVED` or `READONLY`, as a value or an error.
+fn says_changed_hands(reply: &RedisResult<Value>) -> bool {
+    match reply {
+        Ok(value) => value_changed_hands(value),
+        Err(error) => error_changed_hands(error),
+    }
+}
+
 /// A node connection that reports redirects (see the module docs).
 #[derive(Clone)]
 pub(crate) struct Watched(MultiplexedConnection);
@@ -91,11 +99,7 @@ impl ConnectionLike for Watched {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         async move {
             let reply = self.0.req_packed_command(cmd).await;
-            let changed = match &reply {
-                Ok(value) => value_changed_hands(value),
-                Err(error) => error_changed_hands(error),
-            };
-            if changed {
+            if says_changed_hands(&reply) {
                 redirected();
             }
             reply
@@ -136,15 +140,6 @@ impl Connect for Watched {
         MultiplexedConnection::connect_with_config(info, config)
             .map(|connected| connected.map(Watched))
             .boxed()
-    }
-}
-
-/// Check a reply for a redirect: for tests of the classification.
-#[cfg(test)]
-fn says_changed_hands(reply: &redis::RedisResult<Value>) -> bool {
-    match reply {
-        Ok(value) => value_changed_hands(value),
-        Err(error) => error_changed_hands(error),
     }
 }
 
