@@ -61,6 +61,10 @@ pub(crate) fn sentinel_plan(name: &'static str, held: bool) -> Plan {
     plan
 }
 
+/// How long [`kill_primary_under_a_holder`] waits for a long body to hold.
+#[cfg(feature = "sentinel")]
+const REHOLD_WITHIN: Duration = Duration::from_secs(60);
+
 /// Kills the primary (SIGKILL) while a 6 s body holds the lock, runs
 /// `after_kill`, and returns once every sentinel names a new primary.
 ///
@@ -74,7 +78,10 @@ pub(crate) fn sentinel_plan(name: &'static str, held: bool) -> Plan {
 pub(crate) fn kill_primary_under_a_holder(run: &mut Run, after_kill: impl FnOnce(&mut Run)) {
     let held = run.plan.topology == (Topology::Sentinel { held: true });
     loop {
-        run.wait_for_holder(SENTINEL_LONG, |_| true);
+        // After the sentinels re-pointed the replicas (sometimes more than
+        // once), the next long body may be a while coming: with the rw
+        // lock's few long bodies, 20 s was not always enough.
+        run.wait_for_holder_within(REHOLD_WITHIN, SENTINEL_LONG, |_| true);
         sleep(Duration::from_millis(200));
         let Servers::Sentinel(set) = &run.servers else {
             panic!("not a Sentinel plan");
