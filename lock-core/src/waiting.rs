@@ -82,6 +82,9 @@ pub(crate) struct Waiter<'a> {
     /// When it started: its attempts are named by their sending, in µs
     /// since (a release that hands the lock on names one).
     started: Instant,
+    /// It stands in the lock's line with this lease, as its backend's
+    /// restart gate knows (see `Backend::stand_in_line`).
+    standing: Option<Duration>,
 }
 
 impl<'a> Waiter<'a> {
@@ -103,6 +106,7 @@ impl<'a> Waiter<'a> {
             fast_sent: false,
             done: false,
             started,
+            standing: None,
         }
     }
 
@@ -141,6 +145,12 @@ impl<'a> Waiter<'a> {
                 sent_us,
             })
             .await;
+        if matches!(reply, Ok(Acquired::Busy { .. })) && in_line && self.standing.is_none() {
+            // In line now: asking for the lock until it ends, between its
+            // attempts too.
+            self.backend.stand_in_line(self.keys, ttl, true);
+            self.standing = Some(ttl);
+        }
         if matches!(reply, Ok(Acquired::Busy { .. }))
             && !in_line
             && !self.backend.busy_leaves_traces()
@@ -300,6 +310,9 @@ impl<'a> Waiter<'a> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
+        if let Some(ttl) = self.standing.take() {
+            self.backend.stand_in_line(self.keys, ttl, false);
+        }
         for keys in std::iter::once(self.keys).chain(others(self.keys)) {
             if self.wakeup.is_some() {
                 // One that leaves without the lock passes its local turn on.

@@ -78,6 +78,9 @@ pub struct FamilyConfig {
     /// nobody keeps it alive, and a release hands a waiter the whole
     /// lease (off in the checks, on to show the properties that find it).
     pub old_places: bool,
+    /// The gate before waiters in line counted as asking (see
+    /// `Config::old_standing` in protocol.rs).
+    pub old_standing: bool,
 }
 
 impl FamilyConfig {
@@ -112,6 +115,7 @@ impl Default for FamilyConfig {
             plain_fast: true,
             kinds_fixed: true,
             old_places: false,
+            old_standing: false,
         }
     }
 }
@@ -325,13 +329,16 @@ impl Family {
             let until = born + RESTART_GRACE;
             g.young = Some(g.young.map_or(until, |y| y.max(until)));
         }
-        let asked = g.ask.is_some_and(|a| a + LEASE > now);
+        // A waiter in line asks all the while it stands there.
+        let standing = matches!(cl.phase, FamPhase::Waiting { .. });
+        let recent = g.ask.is_some_and(|a| a + LEASE > now);
+        let asked = recent || (standing && !self.config.old_standing);
         if asked {
             let until = now + LEASE;
             g.closed = Some(g.closed.map_or(until, |u| u.max(until)));
         }
         g.closed = g.closed.filter(|&u| u > now);
-        g.blind = !asked;
+        g.blind = !(recent || standing);
         if let FamPhase::Holding {
             fence,
             valid,

@@ -68,6 +68,12 @@ pub struct Config {
     /// A sleeping waiter may freeze (`SIGSTOP`, a long pause: it runs
     /// nothing, keeps no place alive) and later thaw and go on.
     pub freezes: bool,
+    /// The gate before waiters in line counted as asking: a change closed
+    /// the key by the client's last attempt or renewal only, so a waiter
+    /// that slept longer than a lease since its last attempt was granted
+    /// the key at once after the change (off in the checks, on to show the
+    /// property that finds it).
+    pub old_standing: bool,
 }
 
 impl Config {
@@ -167,7 +173,8 @@ pub struct Gate {
     /// Nothing is granted before then (restart grace).
     pub young: Option<Time>,
     /// At the last change it saw, this client had not asked for the key
-    /// within a lease, so the key stayed open (a ghost, for the property).
+    /// within a lease, nor stood in its line, so the key stayed open (a
+    /// ghost, for the property: the SPEC's own gap).
     pub blind: bool,
 }
 

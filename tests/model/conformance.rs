@@ -99,6 +99,7 @@ fn walk_config() -> Config {
         old_join: false,
         listen_first: false,
         freezes: false,
+        old_standing: false,
     }
 }
 
@@ -1129,6 +1130,7 @@ mod family {
             plain_fast: true,
             kinds_fixed: true,
             old_places: false,
+            old_standing: false,
         }
     }
 

@@ -183,6 +183,41 @@ fn restart() {
     );
 }
 
+/// A waiter in line asks for the key all the while it stands there: a
+/// change closes the key for it even when its last attempt is older than a
+/// lease (it sleeps on a renewed lease and keeps its place without asking
+/// again). The gate before (`old_standing`: closed by the last attempt or
+/// renewal only) granted it at once after the change, while the holder
+/// could still write: the Cluster fault scenario met it; the model
+/// excused it as the gate's gap until the gap was narrowed to clients
+/// that neither asked nor stood in line. Without `old_standing`, the
+/// `restart` check above finds no unexcused second holder.
+#[test]
+fn a_waiter_in_line_keeps_its_key_closed_after_a_change() {
+    let config = Config {
+        horizon: 4,
+        faults: 1,
+        restarts: true,
+        liveness: false,
+        ..base()
+    };
+    let old = discover(
+        Config {
+            old_standing: true,
+            ..config.clone()
+        },
+        "never two holders within their validity",
+    )
+    .expect("closed by its last attempt only, a waiter is granted the key at once after a restart");
+    println!(
+        "model: closed by the last attempt only, a waiter in line is a second holder after {} steps: {old:?}",
+        old.len()
+    );
+    assert!(old.contains(&leasehold_model::Action::Restart), "{old:?}");
+    let path = discover(config, "never two holders within their validity");
+    assert!(path.is_none(), "two holders after a restart: {path:?}");
+}
+
 /// A restart with `restart_grace` of a lease: never two holders, no
 /// excuse.
 #[test]
@@ -275,6 +310,7 @@ fn probe() {
             old_join: v("OLD_JOIN", 0) == 1,
             listen_first: v("LF", 0) == 1,
             freezes: v("FZ", 0) == 1,
+            old_standing: v("OLD_STANDING", 0) == 1,
         },
         &[],
     );
@@ -312,6 +348,7 @@ fn probe_discover() {
             old_join: v("OLD_JOIN", 0) == 1,
             listen_first: v("LF", 0) == 1,
             freezes: v("FZ", 0) == 1,
+            old_standing: v("OLD_STANDING", 0) == 1,
         },
         property,
     );
@@ -554,6 +591,7 @@ fn family_probe() {
             plain_fast: v("PF", 1) == 1,
             kinds_fixed: v("X", 1) == 1,
             old_places: v("OP", 0) == 1,
+            old_standing: v("OLD_STANDING", 0) == 1,
         },
         &[],
     );
@@ -674,6 +712,39 @@ fn family_rw_lock_client_faults() {
 /// A restart without persistence, with and without `restart_grace`: the
 /// gate closes the keys a client asked for; the fence floor keeps tokens
 /// increasing over the lost fence key.
+/// The family's gate counts a waiter in line as asking too (see
+/// `a_waiter_in_line_keeps_its_key_closed_after_a_change`): with the old
+/// gate a semaphore waiter whose last attempt is older than a lease is a
+/// permit too many after a restart; with the gate as it is, none.
+#[test]
+fn a_family_waiter_in_line_keeps_its_key_closed_after_a_change() {
+    let config = FamilyConfig {
+        permits: 1,
+        faults: 1,
+        restarts: true,
+        horizon: 4,
+        ..family_base("ss")
+    };
+    let property = "never more permits held within their validity than the semaphore has";
+    let old = leasehold_model::discover_family(
+        FamilyConfig {
+            old_standing: true,
+            ..config.clone()
+        },
+        property,
+    )
+    .expect("closed by its last attempt only, a semaphore waiter takes a permit too many");
+    println!(
+        "model: closed by the last attempt only, a family waiter in line is a permit too many after {} steps: {old:?}",
+        old.len()
+    );
+    let path = leasehold_model::discover_family(config, property);
+    assert!(
+        path.is_none(),
+        "a permit too many after a restart: {path:?}"
+    );
+}
+
 #[test]
 fn family_restart() {
     for grace in [false, true] {

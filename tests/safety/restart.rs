@@ -669,3 +669,44 @@ async fn a_lease_granted_after_the_change_leaves_no_mark() {
     assert_closed(&outcome, ttl);
     drop(own);
 }
+
+/// A waiter that stands in line asks for the key all the while, also when
+/// its last attempt is older than its lease: it sleeps on a holder's lease
+/// that is renewed, and keeps its place without asking again. After a
+/// restart its client refuses the key for that lease, as for a key it has
+/// just asked for (before the fix the client granted it at once, while
+/// the holder, in another process, could still write for a renewal's
+/// time: the Cluster fault scenario met it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_a_waiter_in_line_is_closed_after_a_restart() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server).await;
+    let asker = connect(&server).await;
+    let lease = Duration::from_secs(3);
+    let _held = holder
+        .lock("stood-in-line")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the holder has it");
+    let waiting = tokio::spawn({
+        let asker = asker.clone();
+        async move {
+            asker
+                .lock("stood-in-line")
+                .ttl(lease)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
+    });
+    // Its one attempt (told busy, in line) is more than a lease old when
+    // the server restarts.
+    tokio::time::sleep(lease + Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "the waiter still waits");
+
+    server.restart();
+    let refused = first_answer(&asker, "stood-in-line", lease).await;
+    assert_closed(&refused, lease);
+    waiting.abort();
+}

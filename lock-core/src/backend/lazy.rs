@@ -193,6 +193,12 @@ impl Backend for LazyBackend {
         }
     }
 
+    fn stand_in_line(&self, keys: &LockKeys, ttl: Duration, stands: bool) {
+        if let Ok(backend) = self.backend() {
+            backend.stand_in_line(keys, ttl, stands);
+        }
+    }
+
     fn keeps_places(&self) -> bool {
         // Until connected, assume a line: a keep-alive then fails cheaply.
         self.backend()

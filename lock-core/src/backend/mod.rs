@@ -407,6 +407,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Box::pin(async { Ok(Some(Duration::MAX)) })
     }
 
+    /// A waiter with a lease of `ttl` stands in the line of `keys` now
+    /// (`stands`), or no more: for the restart gate, it asks for the keys
+    /// all the while (see `redis/gate`). Called on the slow path only, when
+    /// an attempt was first told busy in line, and when the waiter ends.
+    fn stand_in_line(&self, _keys: &LockKeys, _ttl: Duration, _stands: bool) {}
+
     /// Whether waiters' places live in the store and must be kept alive
     /// ([`keep_place`](Self::keep_place)); a backend without a line (in
     /// memory, Redlock) spares its sleeping waiters the keep-alive.

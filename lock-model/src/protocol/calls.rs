@@ -29,7 +29,11 @@ impl Protocol {
             };
             g.young = Some(g.young.map_or(until, |y| y.max(until)));
         }
-        let asked = g.ask.is_some_and(|a| a + LEASE > now);
+        // A waiter in line asks all the while it stands there (gate.rs
+        // `stand`), whenever its last attempt was.
+        let standing = matches!(cl.phase, Phase::Waiting { .. });
+        let recent = g.ask.is_some_and(|a| a + LEASE > now);
+        let asked = recent || (standing && !self.config.old_standing);
         if asked {
             let until = now + LEASE;
             g.closed = Some(g.closed.map_or(until, |u| u.max(until)));
@@ -38,7 +42,7 @@ impl Protocol {
         if let Some(u) = g.closed {
             g.mark = Some(g.mark.map_or(u, |m| m.max(u)));
         }
-        g.blind = !asked;
+        g.blind = !(recent || standing);
         // The leases held there are checked at once: the watchdog's audit
         // is a renewal (renew.lua), so a lease found there gets its full
         // expiry again, one that is gone is lost.

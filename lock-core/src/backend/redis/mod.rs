@@ -288,6 +288,21 @@ impl<T: Topology> Backend for RedisBackend<T> {
         true
     }
 
+    fn stand_in_line(&self, keys: &LockKeys, ttl: Duration, stands: bool) {
+        // As the gate judges them (see `admit_as`): across slots, each key
+        // of a `lock_all` on its own primary.
+        if let super::keys::Kind::All(all) = &keys.kind
+            && !self.topology.one_slot()
+        {
+            for keys in &all.keys {
+                self.stand_in_line(keys, ttl, stands);
+            }
+            return;
+        }
+        self.gate
+            .stand(keys.key(), self.topology.slot_of(keys), ttl, stands);
+    }
+
     fn admit_grant<'a>(&'a self, keys: &'a LockKeys, ttl: Duration) -> Reply<'a, ()> {
         Box::pin(async move {
             if !self.gate.is_verified() {

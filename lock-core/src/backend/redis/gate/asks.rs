@@ -55,6 +55,33 @@ impl Asks {
     }
 }
 
+/// The lease lengths of this client's waiters that stand in one key's
+/// line now (one per waiter, usually one): a waiter in line asks for the
+/// key all the time it waits, also between its attempts (it sleeps on a
+/// lease that a holder keeps renewing, and keeps its place without asking
+/// again).
+#[derive(Default)]
+pub(super) struct Standing(Vec<Duration>);
+
+impl Standing {
+    pub(super) fn join(&mut self, ttl: Duration) {
+        self.0.push(ttl);
+    }
+
+    /// One waiter with `ttl` left; false when none stands there any more.
+    pub(super) fn leave(&mut self, ttl: Duration) -> bool {
+        if let Some(at) = self.0.iter().position(|&t| t == ttl) {
+            self.0.swap_remove(at);
+        }
+        !self.0.is_empty()
+    }
+
+    /// The longest lease among them.
+    pub(super) fn longest(&self) -> Option<Duration> {
+        self.0.iter().copied().max()
+    }
+}
+
 /// The hasher of maps whose keys are already hashes (`State::hash`).
 #[derive(Default)]
 pub(super) struct Prehashed(u64);

@@ -19,7 +19,9 @@
 //!   key, the leases this client asked for (granted or not) while they could
 //!   still run; at a change, each key asked for with a lease of `ttl` within
 //!   `ttl` before the change is closed until `ttl` after it (a peer running
-//!   the same code holds it with a similar lease). Other keys stay open. A
+//!   the same code holds it with a similar lease); a key in whose line a
+//!   waiter of this client stands counts as asked for all the while (its
+//!   last attempt may be older than its lease). Other keys stay open. A
 //!   closed key opens early once the server shows that its state survived:
 //!   its lock key is there (looked at by the caller when [`Admission::Check`]
 //!   says so), or this client's lease on it was found or released there,
@@ -59,7 +61,7 @@ mod asks;
 mod identity;
 mod nodes;
 
-use asks::{Asks, KeyHash};
+use asks::{Asks, KeyHash, Standing};
 pub(crate) use identity::Identity;
 use identity::evicts;
 #[cfg(feature = "cluster")]
@@ -98,6 +100,10 @@ struct State {
     /// Per key (by its [`KeyHash`]): its slot (Cluster; zero otherwise)
     /// and the leases asked for that could still run (see the module docs).
     asks: HashMap<u64, (u16, Asks), KeyHash>,
+    /// Per key (by its [`KeyHash`]): its slot and the leases of this
+    /// client's waiters in its line now. Each asks for the key for as long
+    /// as it stands there, attempt or not.
+    standing: HashMap<u64, (u16, Standing), KeyHash>,
     /// Keys asked for before a change (by their [`KeyHash`]), each closed
     /// until then, and why.
     closed: HashMap<u64, (Instant, LostCause), KeyHash>,
@@ -269,6 +275,27 @@ impl Gate {
         let hash = state.hash(key);
         state.closed.remove(&hash);
         self.flag(&state);
+    }
+
+    /// A waiter of this client with a lease of `ttl` took a place in
+    /// `key`'s line (`stands`), or left it: while it stands there, a change
+    /// closes the key for that lease as if it had just asked (its last
+    /// attempt may be older than its lease: it sleeps on the holder's
+    /// lease and keeps its place without asking again).
+    pub(crate) fn stand(&self, key: &str, slot: Option<u16>, ttl: Duration, stands: bool) {
+        let mut state = self.state();
+        let hash = state.hash(key);
+        if stands {
+            let entry = state.standing.entry(hash);
+            entry
+                .or_insert_with(|| (slot.unwrap_or(0), Standing::default()))
+                .1
+                .join(ttl);
+        } else if let Some((_, standing)) = state.standing.get_mut(&hash)
+            && !standing.leave(ttl)
+        {
+            state.standing.remove(&hash);
+        }
     }
 
     /// How long the release of a lease granted at `granted_at` leaves the
@@ -691,8 +718,9 @@ impl State {
 
     /// A change at `now` of the server holding the slots `on` accepts:
     /// close every key asked for there with a lease that could still run,
-    /// until that lease could have run out counted from now. Returns how
-    /// many keys are closed.
+    /// or in whose line a waiter of this client stands, until that lease
+    /// could have run out counted from now. Returns how many keys are
+    /// closed.
     fn close_asked(&mut self, now: Instant, cause: LostCause, on: impl Fn(u16) -> bool) -> usize {
         self.changed_at = later(self.changed_at, now);
         for (&hash, (slot, asks)) in &self.asks {
@@ -700,11 +728,12 @@ impl State {
                 continue;
             }
             if let Some(lease) = asks.longest_running(now) {
-                let until = now + lease;
-                let entry = self.closed.entry(hash).or_insert((until, cause));
-                if entry.0 < until {
-                    *entry = (until, cause);
-                }
+                close(&mut self.closed, hash, now + lease, cause);
+            }
+        }
+        for (&hash, (slot, standing)) in &self.standing {
+            if let (true, Some(lease)) = (on(*slot), standing.longest()) {
+                close(&mut self.closed, hash, now + lease, cause);
             }
         }
         self.closed.retain(|_, &mut (until, _)| until > now);
@@ -713,6 +742,19 @@ impl State {
             self.mark_until = later(self.mark_until, last);
         }
         self.closed.len()
+    }
+}
+
+/// Close the key hashed `hash` until `until` at least.
+fn close(
+    closed: &mut HashMap<u64, (Instant, LostCause), KeyHash>,
+    hash: u64,
+    until: Instant,
+    cause: LostCause,
+) {
+    let entry = closed.entry(hash).or_insert((until, cause));
+    if entry.0 < until {
+        *entry = (until, cause);
     }
 }
 
@@ -809,6 +851,32 @@ mod tests {
         assert_eq!(
             gate.admit("recent", None, Duration::from_secs(10)),
             Ok(Admission::Open)
+        );
+    }
+
+    /// A waiter in line asks for its key all the while: its last attempt
+    /// (here 5 s before the restart, with a 1 s lease) does not let the
+    /// key open; once it left the line, only its asks count again.
+    #[tokio::test(start_paused = true)]
+    async fn a_key_with_a_waiter_in_line_is_closed_whatever_its_last_attempt() {
+        let gate = Gate::new("redis://h", GateSettings::default());
+        restarted(&gate, "a");
+        let lease = Duration::from_secs(1);
+        assert_eq!(gate.admit("waited", None, lease), Ok(Admission::Open));
+        assert_eq!(gate.admit("left", None, lease), Ok(Admission::Open));
+        gate.stand("waited", None, lease, true);
+        gate.stand("left", None, lease, true);
+        gate.stand("left", None, lease, false);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        restarted(&gate, "b");
+        let Ok(Admission::Check(error)) = gate.admit("waited", None, lease) else {
+            panic!("a key with a waiter in line must be closed after a restart");
+        };
+        assert_eq!(error.retry_after(), Some(lease));
+        assert_eq!(
+            gate.admit("left", None, lease),
+            Ok(Admission::Open),
+            "a waiter that left asks no more"
         );
     }
 
