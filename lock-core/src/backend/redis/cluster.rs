@@ -30,6 +30,10 @@
 //!   a primary not read since reads it first. Restarts and failovers found
 //!   so are announced at once (the holders' leases are checked), and the
 //!   gate judges each key by the primary of its slot (see `gate/nodes.rs`).
+//!   The slot map is asked of every primary it names, and taken only when
+//!   they agree: for a few ms after a failover, nodes that have not heard
+//!   of it yet still name the old primary (seen in the fault suite: a grant
+//!   by the promoted replica was taken as checked against the old one).
 //!   Nothing of this runs on the path of an acquisition in the common case:
 //!   the check there is a lookup in the gate.
 //! - **Release notifications.** On Redis ≥ 7 (checked once at connect), the
@@ -70,7 +74,8 @@ use crate::error::LockError;
 const MIN_RETRIES: u32 = 6;
 
 /// Reads of the primaries' identities for one grant, when each is
-/// overtaken by another disconnection or redirect (a failover in progress).
+/// overtaken by another disconnection or redirect, or the nodes disagree on
+/// the slot map (a failover in progress).
 const MAX_CHECKS: u32 = 5;
 
 /// The longest pause between two reads of the primaries' identities after
@@ -120,8 +125,16 @@ impl Cluster {
         )
         .await?;
         redirects::watch(&gate, &broke);
-        if !check_primaries(&conn, &gate, true, None).await? {
-            return Err(not_all(&server));
+        let mut delay = Duration::from_millis(10);
+        for check in 1..=MAX_CHECKS {
+            match check_primaries(&conn, &gate, true, None).await? {
+                Checked::All => break,
+                Checked::Disagree if check < MAX_CHECKS => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                _ => return Err(not_all(&server)),
+            }
         }
         tokio::spawn(recheck_after_breaks(
             broke,
@@ -235,8 +248,11 @@ async fn recheck_after_breaks(broke: Arc<Notify>, conn: Commands, gate: Weak<Gat
                 return;
             };
             match check_primaries(&conn, &gate, false, None).await {
-                Ok(true) => break,
-                Ok(false) => tracing::debug!("leasehold: a cluster primary not back yet"),
+                Ok(Checked::All) => break,
+                Ok(Checked::Missing) => {
+                    tracing::debug!("leasehold: a cluster primary not back yet")
+                }
+                Ok(Checked::Disagree) => {}
                 Err(error) => tracing::debug!(%error, "leasehold: cluster not back yet"),
             }
             drop(gate);
@@ -250,8 +266,10 @@ fn not_all(server: &str) -> LockError {
     LockError::Unavailable {
         key: None,
         server: server.to_owned(),
-        reason: "a primary did not answer; a primary's identity is read before it grants \
-                 anything after its connection broke (it may have restarted empty)"
+        reason: "a primary did not answer, or the nodes disagree on the slot map (a failover \
+                 being told around); a primary's identity is read before it grants anything \
+                 after its connection broke or a slot changed hands (it may have restarted \
+                 empty, or be a replica promoted without the data)"
             .to_owned(),
         retry_after: None,
     }
@@ -260,23 +278,40 @@ fn not_all(server: &str) -> LockError {
 /// One primary in `CLUSTER SLOTS`: node id, host, port, slot ranges.
 type Primary = (String, String, u16, Vec<(u16, u16)>);
 
+/// What one reading of the primaries found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    /// Every primary read answered (and was applied).
+    All,
+    /// A primary did not answer (the others were applied).
+    Missing,
+    /// The primaries disagree on who serves which slots (a failover or a
+    /// migration being told around the cluster): nothing was applied.
+    Disagree,
+}
+
 /// Read the slot map and the `INFO` of every primary (`only`: of the one
 /// serving that slot), all at once, each routed to its address, and apply
-/// them to the gate. `Ok(false)` when a primary did not answer (the others
-/// are applied).
+/// them to the gate. The slot map is asked of one node, then of every
+/// primary it names, and applied only when they all agree: a node that has
+/// not heard of a failover yet names the old primary, whose identity (the
+/// same as before) would hide the takeover, and a grant the promoted
+/// replica just made would be taken as checked. The old primary itself, or
+/// the new one, knows: while it disagrees with the others, nothing is
+/// taken as checked.
 async fn check_primaries(
     conn: &Commands,
     gate: &Gate,
     first: bool,
     only: Option<u16>,
-) -> Result<bool, LockError> {
+) -> Result<Checked, LockError> {
     let server = gate.server();
     let connection = gate.connection_number();
     let mut con = conn.clone();
     let map = slot_map(&mut con)
         .await
         .map_err(|e| backend_error(server, e))?;
-    let infos = join_all(map.iter().map(|(_, host, port, slots)| {
+    let reads = join_all(map.iter().map(|(_, host, port, slots)| {
         let mut con = conn.clone();
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
             host: host.clone(),
@@ -284,18 +319,35 @@ async fn check_primaries(
         });
         let wanted = only.is_none_or(|slot| within(slots, slot));
         async move {
-            if wanted {
+            let mut view = redis::cmd("CLUSTER");
+            view.arg("SLOTS");
+            let view = con.route_command(view, routing.clone()).await;
+            let info = if wanted {
                 Some(con.route_command(redis::cmd("INFO"), routing).await)
             } else {
                 None
-            }
+            };
+            (view, info)
         }
     }))
     .await;
+    let mine = owners(&map);
+    for (view, _) in &reads {
+        // A primary that does not answer is judged by its INFO below.
+        if let Ok(view) = view
+            && primaries_of(view).is_ok_and(|theirs| owners(&theirs) != mine)
+        {
+            tracing::debug!(
+                server,
+                "leasehold: the cluster's nodes disagree on the slot map; reading again"
+            );
+            return Ok(Checked::Disagree);
+        }
+    }
     let mut answered = Vec::new();
     let mut seen = Vec::with_capacity(map.len());
     let mut all = true;
-    for ((id, host, port, slots), info) in map.into_iter().zip(infos) {
+    for ((id, host, port, slots), (_, info)) in map.into_iter().zip(reads) {
         let identity = match info {
             None => None,
             Some(Ok(info)) => {
@@ -321,12 +373,33 @@ async fn check_primaries(
         first,
         connection,
     )?;
-    Ok(all)
+    Ok(if all { Checked::All } else { Checked::Missing })
 }
 
-/// The primaries and their slots, from `CLUSTER SLOTS`.
+/// Who serves which slots, in a form two readings compare by: each
+/// primary's node id and its slot ranges, sorted.
+fn owners(map: &[Primary]) -> Vec<(&str, Vec<(u16, u16)>)> {
+    let mut owners: Vec<(&str, Vec<(u16, u16)>)> = map
+        .iter()
+        .map(|(id, _, _, slots)| {
+            let mut slots = slots.clone();
+            slots.sort_unstable();
+            (id.as_str(), slots)
+        })
+        .collect();
+    owners.sort_unstable();
+    owners
+}
+
+/// The primaries and their slots, from `CLUSTER SLOTS` (asked of any node).
 async fn slot_map(conn: &mut Commands) -> RedisResult<Vec<Primary>> {
-    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    primaries_of(&reply)
+}
+
+/// The primaries and their slots in a `CLUSTER SLOTS` reply.
+fn primaries_of(reply: &Value) -> RedisResult<Vec<Primary>> {
+    let ranges: Vec<Value> = redis::from_redis_value_ref(reply)?;
     let mut found: Vec<Primary> = Vec::new();
     for range in ranges {
         // [start, end, [host, port, id, ...], replicas...]
@@ -506,17 +579,25 @@ impl Topology for Cluster {
             // A check that a disconnection or a redirect overtook marks
             // nothing checked (see `Gate::apply_cluster`): read again, a
             // few times, while every primary answers.
+            // The nodes may disagree on the slot map for a few ms after a
+            // failover: read again after a short pause.
+            let mut delay = Duration::from_millis(5);
             for _ in 0..MAX_CHECKS {
-                let all = check_primaries(&self.conn, gate, false, slot).await?;
+                let found = check_primaries(&self.conn, gate, false, slot).await?;
                 let checked = match slot {
                     Some(slot) => gate.is_node_verified(slot),
                     None => gate.is_verified(),
                 };
-                if checked {
+                if checked && found != Checked::Disagree {
                     return Ok(());
                 }
-                if !all {
-                    break;
+                match found {
+                    Checked::Missing => break,
+                    Checked::Disagree => {
+                        tokio::time::sleep(delay).await;
+                        delay *= 2;
+                    }
+                    Checked::All => {}
                 }
             }
             Err(not_all(&self.server))
