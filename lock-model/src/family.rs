@@ -366,9 +366,9 @@ impl Family {
             self.see_change(w, c);
         }
         let now = w.now;
-        // `EXISTS lock survived`: the holders hash (the family leaves no
-        // survival mark).
-        let lock_there = w.server.lock_exists();
+        // The family leaves no survival mark, and the holders hash that is
+        // there may hold a permit granted after the change: a closed key
+        // stays closed (busy or refused) until it reopens.
         let cl = &mut w.clients[ci];
         cl.notified = false;
         // A grant not taken before an attempt is dropped (the attempt
@@ -382,13 +382,7 @@ impl Family {
         if refused.is_none() {
             g.young = None;
             match g.closed {
-                Some(u) if u > now => {
-                    if lock_there {
-                        g.closed = None;
-                    } else {
-                        refused = Some(u);
-                    }
-                }
+                Some(u) if u > now => refused = Some(u),
                 _ => g.closed = None,
             }
         }

@@ -223,11 +223,13 @@ impl Client {
 }
 
 /// Whether the server shows that its key's state survived the change of
-/// `epoch`: the lock key is there, or a survival mark written after that
-/// change (its value is that epoch; one restored from before, or left after
-/// an earlier change, is no evidence).
+/// `epoch`: a survival mark written after that change (its value is that
+/// epoch; one restored from before, or left after an earlier change, is no
+/// evidence). A lock key that is there is none either: it may be a lease
+/// granted after the change (an attempt in flight over it, taken back by
+/// its client a moment later); the gate answers busy then (acquire.rs).
 pub fn survival_shown(server: &Server, epoch: u8) -> bool {
-    server.lock.is_some() || server.survived.is_some_and(|(_, e)| e == epoch)
+    server.survived.is_some_and(|(_, e)| e == epoch)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

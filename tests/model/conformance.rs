@@ -813,13 +813,19 @@ impl Replay<'_> {
                 }
             }
             Action::Start(..) | Action::Wake(_) | Action::Retry(_) | Action::TakeGrant(_) => {
-                // The gate asks `EXISTS lock` and `GET survived` of a closed
-                // key: a mark is evidence only when it names this epoch.
+                // The gate asks `PTTL lock` and `GET survived` of a closed
+                // key: a mark is evidence only when it names this epoch; a
+                // lock there makes the answer busy, never open.
                 let model = survival_shown(&before.server, before.epoch);
                 let marked = text(&cmd(self.con, &["GET", SURVIVED]));
-                let real = int(&cmd(self.con, &["EXISTS", LOCK])) > 0
-                    || marked.as_deref() == Some(tag(before.epoch).as_str());
-                assert_eq!(real, model, "{step}: survival evidence (EXISTS)");
+                let real = marked.as_deref() == Some(tag(before.epoch).as_str());
+                assert_eq!(real, model, "{step}: survival evidence (the mark)");
+                let locked = int(&cmd(self.con, &["EXISTS", LOCK])) > 0;
+                assert_eq!(
+                    locked,
+                    before.server.lock.is_some(),
+                    "{step}: a lock there (busy)"
+                );
             }
             Action::SeeChange(c) => {
                 // The holder's audit after a change: a renewal.

@@ -252,14 +252,16 @@ fn failover() {
 }
 
 /// What the assumption "every client sees a change before time moves on"
-/// guards against (a finding of the model, see README's Reliability
-/// section): a failover to a replica that missed the holder's last
+/// guarded against, until a lock key stopped counting as evidence that a
+/// key survived: a failover to a replica that missed the holder's last
 /// renewal; the holder learns of it only after the older expiry has passed
-/// on the new server; meanwhile another client, closed by its gate but
-/// opened by the lock key it finds there (the key did survive, with the
-/// older expiry), is granted the lock while the holder still believes in
-/// its renewed lease. The model must find this path, or it checks less
-/// than it says.
+/// on the new server; meanwhile another client, closed by its gate, found
+/// the lock key there (it did survive, with the older expiry), took that
+/// as evidence, and was granted the lock once it expired while the holder
+/// still believed in its renewed lease. A lock key that is there now
+/// answers busy and opens nothing (only a survival mark written after the
+/// change does): the checker finds no two holders, time passing before
+/// every client has seen the change included.
 #[test]
 fn a_holder_that_learns_late_of_a_failover() {
     let path = discover(
@@ -271,12 +273,10 @@ fn a_holder_that_learns_late_of_a_failover() {
             ..base()
         },
         "never two holders within their validity",
-    )
-    .expect("two holders after a failover that a holder learnt of late");
-    println!("model: two holders after a late-seen failover: {path:?}");
+    );
     assert!(
-        path.contains(&leasehold_model::Action::Failover),
-        "{path:?}"
+        path.is_none(),
+        "two holders after a failover that a holder learnt of late: {path:?}"
     );
 }
 

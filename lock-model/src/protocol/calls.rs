@@ -77,7 +77,8 @@ impl Protocol {
             self.see_change(w, c);
         }
         let now = w.now;
-        let lock_there = survival_shown(&w.server, w.epoch);
+        let marked = survival_shown(&w.server, w.epoch);
+        let locked_until = w.server.lock.map(|l| l.exp);
         let cl = &mut w.clients[ci];
         cl.notified = false;
         cl.grant = None;
@@ -90,10 +91,12 @@ impl Protocol {
             g.young = None;
             match g.closed {
                 Some(u) if u > now => {
-                    if lock_there {
+                    if marked {
                         g.closed = None;
                     } else {
-                        refused = Some(u);
+                        // Refused, or busy until the lock there may end
+                        // (looked at again then, still closed).
+                        refused = Some(locked_until.map_or(u, |e| e.min(u)));
                     }
                 }
                 _ => g.closed = None,

@@ -11,6 +11,15 @@ use crate::backend::scripts::{self, ScriptError};
 use crate::backend::{Acquired, Attempt, Backend, LockKeys};
 use crate::error::LockError;
 
+/// What the restart gate says of an attempt (see [`RedisBackend::admit`]).
+pub(super) enum Admitted {
+    /// It may be sent.
+    Yes,
+    /// Busy for now (a lock is there, and the key is closed): look again
+    /// within this long.
+    Busy(Option<Duration>),
+}
+
 impl<T: Topology> RedisBackend<T> {
     /// Read the identity of the server(s) that serve `keys` (after a
     /// connection, before granting): on Redis Cluster, the primary of each
@@ -42,23 +51,39 @@ impl<T: Topology> RedisBackend<T> {
 
     /// Whether the gate lets `keys` be granted now; an error (unavailable
     /// class, with the time left) if not. A key closed by a restart or
-    /// failover is granted as usual when its lock key or its survival mark
-    /// (left by a release of a lease held across the change) is on the
-    /// server: its state survived the change.
-    pub(super) async fn admit(&self, keys: &LockKeys, ttl: Duration) -> Result<(), LockError> {
+    /// failover is granted as usual when its survival mark (left by a
+    /// lease held across the change, see `Gate::survival_mark`) names the
+    /// server as it is now. Without the mark, a key whose lock is there
+    /// is answered busy, without an attempt: that lock may be a lease
+    /// held across the change, or one granted after it (an attempt in
+    /// flight over the change, taken back by its client a moment later):
+    /// only the mark tells them apart.
+    pub(super) async fn admit(
+        &self,
+        keys: &LockKeys,
+        ttl: Duration,
+    ) -> Result<Admitted, LockError> {
         self.admit_as(keys, ttl, false).await
     }
 
     /// [`Self::admit`] for `keys` just granted to this client there (by
-    /// its attempt, or handed by a release): their lock key is this grant
-    /// and shows nothing about the state before a change, so only a
-    /// survival mark opens a closed key.
+    /// its attempt, or handed by a release): their lock key is this grant,
+    /// so a closed key without the mark is refused.
     pub(super) async fn admit_granted(
         &self,
         keys: &LockKeys,
         ttl: Duration,
     ) -> Result<(), LockError> {
-        self.admit_as(keys, ttl, true).await
+        match self.admit_as(keys, ttl, true).await? {
+            Admitted::Yes => Ok(()),
+            // (Not reached: a grant's own lock key is never "busy".)
+            Admitted::Busy(_) => Err(LockError::Unavailable {
+                key: Some(keys.key().to_owned()),
+                server: self.server.clone(),
+                reason: "closed after a restart or failover".to_owned(),
+                retry_after: None,
+            }),
+        }
     }
 
     async fn admit_as(
@@ -66,58 +91,53 @@ impl<T: Topology> RedisBackend<T> {
         keys: &LockKeys,
         ttl: Duration,
         granted: bool,
-    ) -> Result<(), LockError> {
+    ) -> Result<Admitted, LockError> {
         if let crate::backend::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
         {
             // Across slots (Redis Cluster), each key lives on its own
             // primary: each is judged there.
+            let mut answer = Admitted::Yes;
             for keys in &all.keys {
-                Box::pin(self.admit_as(keys, ttl, granted)).await?;
+                if let Admitted::Busy(left) = Box::pin(self.admit_as(keys, ttl, granted)).await? {
+                    answer = Admitted::Busy(left);
+                }
             }
-            return Ok(());
+            return Ok(answer);
         }
         match self
             .gate
             .admit(keys.key(), self.topology.slot_of(keys), ttl)?
         {
-            Admission::Open => Ok(()),
+            Admission::Open => Ok(Admitted::Yes),
             Admission::Closed(refusal) => Err(refusal),
-            Admission::Check(refusal) => self.check_survival_as(keys, refusal, granted).await,
+            Admission::Check(refusal) => self.check_survival(keys, refusal, granted).await,
         }
     }
 
-    /// A key closed by a change is admitted after all when its lock key is
-    /// on the server, or its survival mark names this server as it is now
-    /// (written after the last change, by a lease held across it); a mark
-    /// left after an earlier change, or restored from a snapshot, names
-    /// another `run_id` and opens nothing. `refusal` otherwise.
-    pub(super) async fn check_survival(
-        &self,
-        keys: &LockKeys,
-        refusal: LockError,
-    ) -> Result<(), LockError> {
-        self.check_survival_as(keys, refusal, false).await
-    }
-
-    /// [`Self::check_survival`]; `granted`: the lock key is this client's
-    /// own grant, and does not count.
-    async fn check_survival_as(
+    /// A key closed by a change is admitted after all when its survival
+    /// mark names this server as it is now (written after the last change,
+    /// by a lease held across it); a mark left after an earlier change, or
+    /// restored from a snapshot, names another `run_id` and opens nothing.
+    /// Without it, a lock that is there (not this client's own grant,
+    /// `granted`) is answered busy until it may end, or the key reopens;
+    /// otherwise `refusal`.
+    async fn check_survival(
         &self,
         keys: &LockKeys,
         refusal: LockError,
         granted: bool,
-    ) -> Result<(), LockError> {
+    ) -> Result<Admitted, LockError> {
         let mark = keys.survival_mark();
         let mark = &mark;
-        let (exists, marked) = self
+        let (left, marked) = self
             .call(|mut con| async move {
                 redis::pipe()
-                    .cmd("EXISTS")
+                    .cmd("PTTL")
                     .arg(keys.lock())
                     .cmd("GET")
                     .arg(mark)
-                    .query_async::<(bool, Option<String>)>(&mut con)
+                    .query_async::<(i64, Option<String>)>(&mut con)
                     .await
                     .map_err(ScriptError::Redis)
             })
@@ -127,9 +147,18 @@ impl<T: Topology> RedisBackend<T> {
             .gate
             .identity_tag(self.topology.slot_of(keys))
             .map(super::scripts::mark_value);
-        if (exists && !granted) || (marked.is_some() && marked == this_change) {
+        if marked.is_some() && marked == this_change {
             self.gate.survived(keys.key());
-            return Ok(());
+            return Ok(Admitted::Yes);
+        }
+        // PTTL: -2 no key, -1 a key without expiry.
+        if left != -2 && !granted {
+            let reopens = refusal.retry_after();
+            let ends = u64::try_from(left).ok().map(Duration::from_millis);
+            return Ok(Admitted::Busy(match (ends, reopens) {
+                (Some(ends), Some(reopens)) => Some(ends.min(reopens)),
+                (ends, reopens) => ends.or(reopens),
+            }));
         }
         Err(refusal)
     }
@@ -151,7 +180,13 @@ impl<T: Topology> RedisBackend<T> {
         {
             Admission::Open => {}
             Admission::Closed(refusal) => return Err(refusal),
-            Admission::Check(refusal) => Box::pin(self.check_survival(keys, refusal)).await?,
+            Admission::Check(refusal) => {
+                if let Admitted::Busy(expires_in) =
+                    Box::pin(self.check_survival(keys, refusal, false)).await?
+                {
+                    return Ok(Acquired::Busy { expires_in });
+                }
+            }
         }
         let mut con = self.topology.connection();
         let first = scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await;
@@ -203,7 +238,9 @@ impl<T: Topology> RedisBackend<T> {
         if attempt.fast {
             return self.acquire_fast(attempt, connection).await;
         }
-        self.admit(keys, ttl).await?;
+        if let Admitted::Busy(expires_in) = self.admit(keys, ttl).await? {
+            return Ok(Acquired::Busy { expires_in });
+        }
         let result = self
             .attempt_script(
                 self.topology.connection(),
@@ -267,7 +304,12 @@ impl<T: Topology> RedisBackend<T> {
                 tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
                 self.gate.unverify();
                 self.verify(keys).await?;
-                self.admit(keys, ttl).await?;
+                if let Admitted::Busy(expires_in) = self.admit(keys, ttl).await? {
+                    // Not sent again: the attempt's traces (a place, or
+                    // the lock if its first try took it) stay the
+                    // waiter's, looked at by its next attempt or left.
+                    return Ok(Acquired::Busy { expires_in });
+                }
                 // A resend: its first attempt's grant is the caller's.
                 let claimed = attempt.fast || attempt.after_fast;
                 self.attempt_script(self.topology.connection(), attempt, claimed, true)

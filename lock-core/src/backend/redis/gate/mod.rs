@@ -22,12 +22,15 @@
 //!   the same code holds it with a similar lease); a key in whose line a
 //!   waiter of this client stands counts as asked for all the while (its
 //!   last attempt may be older than its lease). Other keys stay open. A
-//!   closed key opens early once the server shows that its state survived:
-//!   its lock key is there (looked at by the caller when [`Admission::Check`]
-//!   says so), or this client's lease on it was found or released there,
+//!   closed key opens early once the server shows that its state survived
+//!   *this* change: this client's lease on it was found or released there,
 //!   or its survival mark is there: for as long as keys stay closed after a
 //!   change it saw, a client's release of a lease (held across the change)
-//!   leaves `P{K}:survived` behind, so that the others see it too.
+//!   leaves `P{K}:survived` behind, naming the server's new `run_id`, so
+//!   that the others see it too. A lock key that is there is no evidence
+//!   (it may be a lease granted after the change by an attempt in flight
+//!   over it, taken back by its client a moment later): the caller answers
+//!   busy then, and the key stays closed (`acquire.rs`).
 //! - **Restart grace.** With `restart_grace(d)`, a server whose uptime is
 //!   below `d` grants nothing until it is `d` old: this covers clients that
 //!   never saw the restart (they connected afterwards).
@@ -135,8 +138,9 @@ pub(crate) enum Admission {
     /// No: the error to return (`LockError::Unavailable`, with the time left).
     Closed(LockError),
     /// Not unless the server shows that the key's state survived the last
-    /// change (its lock key is there): then call [`Gate::survived`] and go
-    /// on; otherwise return the error.
+    /// change (its survival mark names the server as it is now): then call
+    /// [`Gate::survived`] and go on; otherwise busy while a lock is there,
+    /// else return the error.
     Check(LockError),
 }
 
@@ -265,7 +269,7 @@ impl Gate {
     }
 
     /// The server showed that `key`'s state survived the last change (its
-    /// lock key is there; this client's lease on it was found or released
+    /// survival mark; this client's lease on it was found or released
     /// there): grant it as usual again.
     pub(crate) fn survived(&self, key: &str) {
         if !self.any_closed.load(Ordering::Acquire) {
