@@ -710,3 +710,49 @@ async fn a_key_with_a_waiter_in_line_is_closed_after_a_restart() {
     assert_closed(&refused, lease);
     waiting.abort();
 }
+
+/// A lock found on a restarted server is no evidence that the key's state
+/// survived: it may be a lease granted after the restart (here by a client
+/// that connected afterwards and never saw it; in a Cluster failover, by
+/// an attempt in flight over it that its client takes back a moment
+/// later). A client that closed the key answers busy while that lock is
+/// there, and keeps the key closed when it goes: before, the lock opened
+/// the key, and it was granted at once after that release, while a lease
+/// the restart lost could still be relied on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_granted_after_a_restart_opens_no_closed_key() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server).await;
+    let asker = connect(&server).await;
+    let lease = Duration::from_secs(3);
+    let _held = holder
+        .lock("granted-after")
+        .ttl(lease)
+        .acquire()
+        .await
+        .expect("the holder has it");
+    let told = asker.lock("granted-after").ttl(lease).try_acquire().await;
+    assert!(matches!(told, Ok(None)), "{told:?}");
+
+    server.restart();
+    touch(&asker).await;
+    // A client that connects after the restart (it saw none) takes it.
+    let late = connect(&server).await;
+    let late_guard = late
+        .lock("granted-after")
+        .ttl(lease)
+        .try_acquire()
+        .await
+        .expect("an answer")
+        .expect("a client that saw no restart is granted the key");
+    let busy = asker.lock("granted-after").ttl(lease).try_acquire().await;
+    assert!(
+        matches!(busy, Ok(None)),
+        "a lock there makes the closed key busy: {busy:?}"
+    );
+    late_guard.release().await.expect("released");
+    // Released, it leaves no mark (its lease was granted after the
+    // restart): the key is still closed for the asker.
+    let after = asker.lock("granted-after").ttl(lease).try_acquire().await;
+    assert_closed(&after, lease);
+}
