@@ -16,8 +16,12 @@ pub(super) enum Admitted {
     /// It may be sent.
     Yes,
     /// Busy for now (a lock is there, and the key is closed): look again
-    /// within this long.
-    Busy(Option<Duration>),
+    /// within `expires_in`. For a lock this client was just granted, that
+    /// lock is its own grant: `refusal` is the answer then.
+    Busy {
+        expires_in: Option<Duration>,
+        refusal: LockError,
+    },
 }
 
 impl<T: Topology> RedisBackend<T> {
@@ -63,35 +67,6 @@ impl<T: Topology> RedisBackend<T> {
         keys: &LockKeys,
         ttl: Duration,
     ) -> Result<Admitted, LockError> {
-        self.admit_as(keys, ttl, false).await
-    }
-
-    /// [`Self::admit`] for `keys` just granted to this client there (by
-    /// its attempt, or handed by a release): their lock key is this grant,
-    /// so a closed key without the mark is refused.
-    pub(super) async fn admit_granted(
-        &self,
-        keys: &LockKeys,
-        ttl: Duration,
-    ) -> Result<(), LockError> {
-        match self.admit_as(keys, ttl, true).await? {
-            Admitted::Yes => Ok(()),
-            // (Not reached: a grant's own lock key is never "busy".)
-            Admitted::Busy(_) => Err(LockError::Unavailable {
-                key: Some(keys.key().to_owned()),
-                server: self.server.clone(),
-                reason: "closed after a restart or failover".to_owned(),
-                retry_after: None,
-            }),
-        }
-    }
-
-    async fn admit_as(
-        &self,
-        keys: &LockKeys,
-        ttl: Duration,
-        granted: bool,
-    ) -> Result<Admitted, LockError> {
         if let crate::backend::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
         {
@@ -99,8 +74,8 @@ impl<T: Topology> RedisBackend<T> {
             // primary: each is judged there.
             let mut answer = Admitted::Yes;
             for keys in &all.keys {
-                if let Admitted::Busy(left) = Box::pin(self.admit_as(keys, ttl, granted)).await? {
-                    answer = Admitted::Busy(left);
+                if let busy @ Admitted::Busy { .. } = Box::pin(self.admit(keys, ttl)).await? {
+                    answer = busy;
                 }
             }
             return Ok(answer);
@@ -111,7 +86,21 @@ impl<T: Topology> RedisBackend<T> {
         {
             Admission::Open => Ok(Admitted::Yes),
             Admission::Closed(refusal) => Err(refusal),
-            Admission::Check(refusal) => self.check_survival(keys, refusal, granted).await,
+            Admission::Check(refusal) => self.check_survival(keys, refusal).await,
+        }
+    }
+
+    /// [`Self::admit`] for `keys` just granted to this client there (by
+    /// its attempt, or handed by a release): their lock key is this grant,
+    /// so a closed key without the mark is refused.
+    pub(super) async fn admit_granted(
+        &self,
+        keys: &LockKeys,
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        match self.admit(keys, ttl).await? {
+            Admitted::Yes => Ok(()),
+            Admitted::Busy { refusal, .. } => Err(refusal),
         }
     }
 
@@ -119,14 +108,12 @@ impl<T: Topology> RedisBackend<T> {
     /// mark names this server as it is now (written after the last change,
     /// by a lease held across it); a mark left after an earlier change, or
     /// restored from a snapshot, names another `run_id` and opens nothing.
-    /// Without it, a lock that is there (not this client's own grant,
-    /// `granted`) is answered busy until it may end, or the key reopens;
-    /// otherwise `refusal`.
+    /// Without it, a lock that is there is answered busy until it may end,
+    /// or the key reopens; otherwise `refusal`.
     async fn check_survival(
         &self,
         keys: &LockKeys,
         refusal: LockError,
-        granted: bool,
     ) -> Result<Admitted, LockError> {
         let mark = keys.survival_mark();
         let mark = &mark;
@@ -152,13 +139,17 @@ impl<T: Topology> RedisBackend<T> {
             return Ok(Admitted::Yes);
         }
         // PTTL: -2 no key, -1 a key without expiry.
-        if left != -2 && !granted {
+        if left != -2 {
             let reopens = refusal.retry_after();
             let ends = u64::try_from(left).ok().map(Duration::from_millis);
-            return Ok(Admitted::Busy(match (ends, reopens) {
+            let expires_in = match (ends, reopens) {
                 (Some(ends), Some(reopens)) => Some(ends.min(reopens)),
                 (ends, reopens) => ends.or(reopens),
-            }));
+            };
+            return Ok(Admitted::Busy {
+                expires_in,
+                refusal,
+            });
         }
         Err(refusal)
     }
@@ -181,8 +172,8 @@ impl<T: Topology> RedisBackend<T> {
             Admission::Open => {}
             Admission::Closed(refusal) => return Err(refusal),
             Admission::Check(refusal) => {
-                if let Admitted::Busy(expires_in) =
-                    Box::pin(self.check_survival(keys, refusal, false)).await?
+                if let Admitted::Busy { expires_in, .. } =
+                    Box::pin(self.check_survival(keys, refusal)).await?
                 {
                     return Ok(Acquired::Busy { expires_in });
                 }
@@ -238,7 +229,7 @@ impl<T: Topology> RedisBackend<T> {
         if attempt.fast {
             return self.acquire_fast(attempt, connection).await;
         }
-        if let Admitted::Busy(expires_in) = self.admit(keys, ttl).await? {
+        if let Admitted::Busy { expires_in, .. } = self.admit(keys, ttl).await? {
             return Ok(Acquired::Busy { expires_in });
         }
         let result = self
@@ -304,7 +295,7 @@ impl<T: Topology> RedisBackend<T> {
                 tracing::debug!(server = %self.server, error = ?e, "leasehold: connection broke, checking the server before sending again");
                 self.gate.unverify();
                 self.verify(keys).await?;
-                if let Admitted::Busy(expires_in) = self.admit(keys, ttl).await? {
+                if let Admitted::Busy { expires_in, .. } = self.admit(keys, ttl).await? {
                     // Not sent again: the attempt's traces (a place, or
                     // the lock if its first try took it) stay the
                     // waiter's, looked at by its next attempt or left.

@@ -32,8 +32,8 @@
 //!   gate judges each key by the primary of its slot (see `gate/nodes.rs`).
 //!   The slot map is asked of every primary it names, and taken only when
 //!   they agree: for a few ms after a failover, nodes that have not heard
-//!   of it yet still name the old primary (seen in the fault suite: a grant
-//!   by the promoted replica was taken as checked against the old one).
+//!   of it yet still name the old primary, whose unchanged identity would
+//!   hide the takeover.
 //!   Nothing of this runs on the path of an acquisition in the common case:
 //!   the check there is a lookup in the gate.
 //! - **Release notifications.** On Redis ≥ 7 (checked once at connect), the
@@ -428,24 +428,11 @@ fn primaries_of(reply: &Value) -> RedisResult<Vec<Primary>> {
 
 /// The primaries (host, port) that serve slots now, from `CLUSTER SLOTS`.
 async fn primaries(conn: &mut Commands) -> RedisResult<Vec<(String, u16)>> {
-    let ranges: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
-    let mut found: Vec<(String, u16)> = Vec::new();
-    for range in ranges {
-        // [start, end, [host, port, id, ...], replicas...]
-        let Value::Array(parts) = range else { continue };
-        let Some(Value::Array(primary)) = parts.get(2) else {
-            continue;
-        };
-        let (Some(host), Some(port)) = (primary.first(), primary.get(1)) else {
-            continue;
-        };
-        let host: String = redis::from_redis_value_ref(host)?;
-        let port: u16 = redis::from_redis_value_ref(port)?;
-        if !found.iter().any(|(h, p)| *h == host && *p == port) {
-            found.push((host, port));
-        }
-    }
-    Ok(found)
+    let map = slot_map(conn).await?;
+    Ok(map
+        .into_iter()
+        .map(|(_, host, port, _)| (host, port))
+        .collect())
 }
 
 /// Every key matching `glob` on the primary at `host:port`, by `SCAN`.

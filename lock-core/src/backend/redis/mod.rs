@@ -289,7 +289,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
     }
 
     fn stand_in_line(&self, keys: &LockKeys, ttl: Duration, stands: bool) {
-        // As the gate judges them (see `admit_as`): across slots, each key
+        // As the gate judges them (see `RedisBackend::admit`): across slots, each key
         // of a `lock_all` on its own primary.
         if let super::keys::Kind::All(all) = &keys.kind
             && !self.topology.one_slot()
