@@ -108,9 +108,14 @@ impl Lease {
             None => keys.kind.lease_kind(),
         };
         let metrics = LeaseMetrics::start(keys.key(), kind, issuer.metrics_key_label, acquired_at);
-        // Plain locks only: the family's scripts write their tokens.
+        // Plain locks and native `lock_all` grants only: the family's
+        // scripts write their tokens.
         let recorded = !issuer.backend.records_lazily()
-            || !matches!(keys.kind, crate::backend::keys::Kind::Lock);
+            || match &keys.kind {
+                crate::backend::keys::Kind::Lock => false,
+                crate::backend::keys::Kind::All(all) => !all.unwritten(),
+                _ => true,
+            };
         let lease = Arc::new(Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             issuer,

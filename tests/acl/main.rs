@@ -58,6 +58,8 @@ const MINIMAL_RULE: &[&str] = &[
     "+hgetall",
     "+sismember",
     "+type",
+    "+multi",
+    "+exec",
 ];
 
 fn start_server() -> RedisServer {
@@ -239,6 +241,64 @@ async fn minimal_rule_is_enough_for_the_family() {
         both.release().await.expect("lock_all released");
     })
     .await;
+}
+
+/// A rule written before the native `lock_all` (no `MULTI`, `EXEC`): the
+/// refused transaction is decided by the script (the commands it did run
+/// one by one are taken back), and `lock_all` goes on by script: free keys,
+/// then a key another client holds; nothing is left held.
+#[tokio::test]
+async fn lock_all_without_multi_falls_back_to_the_script() {
+    let server = start_server();
+    create_user(&server, "locker", &["+multi", "+exec"]);
+    within_limit("lock_all without MULTI", async {
+        let a = connect(&server, "locker").await.expect("a connects");
+        let b = connect(&server, "locker").await.expect("b connects");
+        for _ in 0..3 {
+            let both = a
+                .lock_all(["acl:m", "acl:n"])
+                .acquire()
+                .await
+                .expect("lock_all of free keys");
+            assert!(
+                b.lock("acl:n")
+                    .try_acquire()
+                    .await
+                    .expect("b tries")
+                    .is_none()
+            );
+            both.release().await.expect("lock_all released");
+        }
+        let held = b.lock("acl:n").acquire().await.expect("b holds n");
+        assert!(
+            a.lock_all(["acl:m", "acl:n"])
+                .try_acquire()
+                .await
+                .expect("a tries")
+                .is_none()
+        );
+        let all = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.lock_all(["acl:m", "acl:n"])
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.expect("b releases n");
+        let both = all.await.expect("task").expect("lock_all after b");
+        both.release().await.expect("lock_all released");
+    })
+    .await;
+    for key in ["acl:m", "acl:n"] {
+        assert_eq!(
+            server.cmd(&["EXISTS", &format!("leasehold:{{{key}}}:lock")]),
+            redis::Value::Int(0),
+            "{key} left held"
+        );
+    }
 }
 
 /// What a user lacking `missing` sees when it does what needs it: an error

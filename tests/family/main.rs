@@ -11,6 +11,7 @@ mod support;
 mod fixture;
 
 mod handoff;
+mod lock_all_fast;
 mod processes;
 mod redis_only;
 mod release_all;

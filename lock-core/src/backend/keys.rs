@@ -310,20 +310,35 @@ impl Kind {
 pub(crate) struct AllKeys {
     /// The names of each key, sorted by key.
     pub(crate) keys: Vec<LockKeys>,
-    fences: Mutex<Vec<u64>>,
+    /// The grant's fencing tokens, and whether they are written nowhere
+    /// yet (the native free case, `lock_all_fast.rs`: one token for every
+    /// key, recorded later like a fast lock's).
+    fences: Mutex<(Vec<u64>, bool)>,
 }
 
 impl AllKeys {
     pub(crate) fn new(keys: Vec<LockKeys>) -> AllKeys {
         AllKeys {
             keys,
-            fences: Mutex::new(Vec::new()),
+            fences: Mutex::new((Vec::new(), false)),
         }
     }
 
-    /// Remember the fencing tokens of a grant, one per key in order.
+    /// Remember the fencing tokens of a grant, one per key in order, as
+    /// the script wrote them.
     pub(crate) fn granted(&self, fences: Vec<u64>) {
-        *self.fences.lock().unwrap_or_else(PoisonError::into_inner) = fences;
+        *self.fences.lock().unwrap_or_else(PoisonError::into_inner) = (fences, false);
+    }
+
+    /// Remember a native grant: `fence` for every key, not written yet.
+    pub(crate) fn granted_unwritten(&self, fence: u64) {
+        *self.fences.lock().unwrap_or_else(PoisonError::into_inner) =
+            (vec![fence; self.keys.len()], true);
+    }
+
+    /// Whether the grant's tokens are still to be recorded.
+    pub(crate) fn unwritten(&self) -> bool {
+        self.fences.lock().unwrap_or_else(PoisonError::into_inner).1
     }
 
     /// The fencing token `key` was granted with.
@@ -332,6 +347,7 @@ impl AllKeys {
         self.fences
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .0
             .get(at)
             .copied()
     }

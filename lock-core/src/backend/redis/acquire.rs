@@ -180,12 +180,18 @@ impl<T: Topology> RedisBackend<T> {
             }
         }
         let mut con = self.topology.connection();
-        let first = scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await;
+        let first = match &keys.kind {
+            crate::backend::keys::Kind::All(all) => {
+                scripts::lock_all_fast::acquire_all(&mut con, self.gate.offered(), all, token, ttl)
+                    .await
+            }
+            _ => scripts::fast::acquire(&mut con, self.gate.offered(), keys, token, ttl).await,
+        };
         match first {
             Ok(Some(scripts::fast::Fast::Yes { fence }))
                 if self.gate.connection_number() == connection =>
             {
-                Ok(Acquired::Yes { fence })
+                Ok(fast_granted(keys, fence))
             }
             Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
             other => Box::pin(self.after_fast(attempt, con, other, connection)).await,
@@ -203,7 +209,7 @@ impl<T: Topology> RedisBackend<T> {
         connection: u64,
     ) -> Result<Acquired, LockError> {
         let result = match first {
-            Ok(Some(scripts::fast::Fast::Yes { fence })) => Ok(Acquired::Yes { fence }),
+            Ok(Some(scripts::fast::Fast::Yes { fence })) => Ok(fast_granted(attempt.keys, fence)),
             Ok(Some(scripts::fast::Fast::Busy)) => Ok(Acquired::Busy { expires_in: None }),
             Ok(Some(scripts::fast::Fast::Resolve)) => {
                 self.attempt_script(con, attempt, true, false).await
@@ -264,8 +270,13 @@ impl<T: Topology> RedisBackend<T> {
             return self.family_attempt(&mut con, attempt).await;
         }
         if let crate::backend::keys::Kind::All(all) = &keys.kind {
+            let claimed = claimed.then_some(if resent {
+                scripts::Claimed::Resent
+            } else {
+                scripts::Claimed::Claimed
+            });
             return self
-                .lock_all_attempt(&mut con, all, token, ttl, in_line)
+                .lock_all_attempt(&mut con, all, token, ttl, in_line, claimed)
                 .await;
         }
         let claimed = claimed.then_some((self.topology.publish(), resent));
@@ -323,4 +334,13 @@ impl<T: Topology> RedisBackend<T> {
         }
         Ok(acquired)
     }
+}
+
+/// A grant of the fast path: a `lock_all`'s one fencing token is every
+/// key's, written nowhere yet.
+fn fast_granted(keys: &LockKeys, fence: u64) -> Acquired {
+    if let crate::backend::keys::Kind::All(all) = &keys.kind {
+        all.granted_unwritten(fence);
+    }
+    Acquired::Yes { fence }
 }

@@ -123,6 +123,7 @@ impl<T: Topology> RedisBackend<T> {
         token: &str,
         ttl: Duration,
         in_line: bool,
+        claimed: Option<scripts::Claimed>,
     ) -> Result<Acquired, ScriptError> {
         let publish = self.topology.publish();
         let names: Vec<&str> = all.keys.iter().map(|k| k.lock()).collect();
@@ -132,8 +133,12 @@ impl<T: Topology> RedisBackend<T> {
                 sent_us: None,
                 life: self.gate.place_life(),
             };
-            let one_server = self.topology.one_slot();
-            return scripts::lock_all(con, all, token, ttl, placed, publish, one_server).await;
+            let form = if self.topology.one_slot() && publish == "PUBLISH" {
+                scripts::Form::Compact(claimed)
+            } else {
+                scripts::Form::Full { publish }
+            };
+            return scripts::lock_all(con, all, token, ttl, placed, form).await;
         }
         let mut fences = Vec::with_capacity(all.keys.len());
         for (at, keys) in all.keys.iter().enumerate() {

@@ -214,9 +214,16 @@ impl<T: Topology> RedisBackend<T> {
 
 impl<T: Topology> Backend for RedisBackend<T> {
     fn acquire<'a>(&'a self, attempt: Attempt<'a>) -> Reply<'a, Acquired> {
-        // Plain locks only: the family has scripts of its own.
+        // Plain locks, and `lock_all` on one server (its native free
+        // case): the family has scripts of its own.
         let fast_ok = attempt.fence_floor.is_none()
-            && matches!(attempt.keys.kind, super::keys::Kind::Lock)
+            && match attempt.keys.kind {
+                super::keys::Kind::Lock => true,
+                super::keys::Kind::All(_) => {
+                    self.topology.one_slot() && self.topology.publish() == "PUBLISH"
+                }
+                _ => false,
+            }
             && self.topology.fast_path();
         let attempt = Attempt {
             fast: attempt.fast && fast_ok,

@@ -163,7 +163,7 @@ pub(crate) async fn acquire<C: ConnectionLike>(
 }
 
 /// A decimal `u64` (no sign, no marker).
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
+pub(super) fn parse_u64(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() {
         return None;
     }
@@ -178,7 +178,7 @@ fn parse_u64(bytes: &[u8]) -> Option<u64> {
 }
 
 /// `TIME`'s reply (seconds, microseconds) in microseconds.
-fn server_micros(time: &Value) -> Option<u64> {
+pub(super) fn server_micros(time: &Value) -> Option<u64> {
     let Value::Array(parts) = time else {
         return None;
     };

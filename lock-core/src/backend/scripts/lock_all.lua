@@ -17,12 +17,30 @@
 --          that soon unless their client keeps them (keep_place.lua)
 --
 -- Compact form, one server only (not Cluster): KEYS[i] the i-th lock key
--- alone, ARGV[1..4] as above and ARGV[5] the place life (in line); the
+-- alone, ARGV[1..4] as above, ARGV[5] the place life (in line; '' for
+-- none) and ARGV[6] (optional) the mode, below; the
 -- fence key, line, places and channel are named from the lock key
 -- (`…:lock` → `…:fence`, `…:line`, `…:places`, `…:released`) and releases
 -- are announced with PUBLISH. Each argument Redis passes to a script
 -- costs it about 1k instructions: the compact form passes 5 + n instead
 -- of 10 + 5n.
+--
+-- Modes (compact form only), after the native free case (lock_all_fast.rs,
+-- a MULTI of one `SET … NX PX … GET` per key and reads) may have taken
+-- keys without looking at their lines:
+--   '1' claimed: every key holding the caller's token (marked or not) is
+--       taken back first (deleted), and the call decides as if it had not
+--       been there;
+--   '2' resent: the same after a lost reply, except that a key is kept
+--       (the first attempt's grant, which the caller must be told of) when
+--       nobody stands first in its line, or the first in line is a plain
+--       waiter that joined (its '~' field's fifth part) no earlier than
+--       the key was set (its lease less its PTTL ago), as acquire.lua's
+--       resent mode judges.
+-- In either mode a grant writes a fresh fencing token for every key, the
+-- caller's own included (the native grant wrote none), and a call that
+-- does not grant tells the first in line of every key it took back
+-- (`next:`), as it does for a key it gives back.
 --
 -- Free case first, before the helpers are defined (SOURCE places them
 -- after it; defining a function costs every call that runs past it): when
@@ -63,9 +81,51 @@
 --         {-1, j}   KEYS[j] holds a value of another type; nothing changed
 
 local token = ARGV[1]
-local compact = #ARGV <= 5
+local compact = ARGV[5] ~= 'PUBLISH' and ARGV[5] ~= 'SPUBLISH'
 local n = compact and #KEYS or #KEYS / 4
 local grace = tonumber(ARGV[4])
+local mode = compact and ARGV[6]
+local claimed = mode == '1' or mode == '2'
+
+-- Claimed or resent mode: the caller's keys taken back (see above).
+local taken_back = {}
+if claimed then
+  local now
+  for i = 1, n do
+    local mine = redis.pcall('GET', KEYS[i])
+    if type(mine) == 'string' and string.byte(mine, 1) == 43 then
+      mine = string.sub(mine, 2)
+    end
+    if mine == token then
+      local resumed = false
+      if mode == '2' then
+        local base = string.sub(KEYS[i], 1, -6)
+        local first = redis.pcall('LINDEX', base .. ':line', '0')
+        if not first or first == token then
+          resumed = true
+        elseif type(first) == 'string' then
+          local field = redis.pcall('HGET', base .. ':places', '~' .. first)
+          local joined
+          if type(field) == 'string' then
+            joined = tonumber(string.match(field, '^%d+:%d+:%d+:%d+:(%d+)$') or '')
+          end
+          local left = redis.call('PTTL', KEYS[i])
+          if joined and left > 0 then
+            if not now then
+              local t = redis.call('TIME')
+              now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            end
+            resumed = joined >= now - (tonumber(ARGV[2]) - left)
+          end
+        end
+      end
+      if not resumed then
+        redis.call('DEL', KEYS[i])
+        taken_back[i] = true
+      end
+    end
+  end
+end
 
 -- The free case: one EXISTS of every lock key and line, one MGET of every
 -- fence key, one TIME, then each key's fence and lock written.

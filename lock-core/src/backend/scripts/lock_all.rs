@@ -22,24 +22,50 @@ pub const SOURCE: &str = concat!(
 
 pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 
+/// How the call names its keys (see lock_all.lua).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form<'a> {
+    /// One server (not Cluster), releases announced with `PUBLISH`: the
+    /// lock keys alone, and the mode after the native free case, if any.
+    Compact(Option<Claimed>),
+    /// Every name given (Redis Cluster, one slot), with the publish
+    /// command.
+    Full { publish: &'a str },
+}
+
+/// The mode of a call after the native free case may have taken keys
+/// (see lock_all.lua).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// Take the caller's keys back, decide again.
+    Claimed,
+    /// The same after a lost reply: a key that was the first attempt's
+    /// grant is kept.
+    Resent,
+}
+
 /// Take every lock of `all` for `ttl` if each is free and nobody waits
 /// before `token` in its line; with `in_line`, a busy reply keeps (or
 /// takes) `token`'s place in the line of every key, all at once (first
 /// come, first served across the keys). A grant's fencing tokens are
-/// recorded in `all`, the first is returned. With `one_server` (not
-/// Cluster) and `PUBLISH`, the script's compact form: the lock keys alone,
-/// the other names derived from them by the script.
+/// recorded in `all`, the first is returned. In the compact form (one
+/// server), the lock keys alone, the other names derived from them by the
+/// script; its mode after the native free case of `lock_all_fast.rs`
+/// takes the caller's keys back first and decides again (except, resent
+/// after a lost reply, a key that was the first attempt's grant).
 pub(crate) async fn lock_all<C: ConnectionLike>(
     con: &mut C,
     all: &AllKeys,
     token: &str,
     ttl: Duration,
     placed: super::Placed,
-    publish: &str,
-    one_server: bool,
+    form: Form<'_>,
 ) -> Result<Acquired, ScriptError> {
     let in_line = placed.in_line;
-    let compact = one_server && publish == "PUBLISH";
+    let (compact, publish, claimed) = match form {
+        Form::Compact(claimed) => (true, "PUBLISH", claimed),
+        Form::Full { publish } => (false, publish, None),
+    };
     let mut cmd = evalsha(&SCRIPT, if compact { 1 } else { 4 } * all.keys.len());
     for keys in &all.keys {
         cmd.arg(keys.lock());
@@ -59,6 +85,17 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
     }
     if in_line {
         cmd.arg(millis(placed.life));
+    } else if claimed.is_some() {
+        cmd.arg("");
+    }
+    match claimed {
+        Some(Claimed::Claimed) => {
+            cmd.arg("1");
+        }
+        Some(Claimed::Resent) => {
+            cmd.arg("2");
+        }
+        None => {}
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

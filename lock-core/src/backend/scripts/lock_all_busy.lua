@@ -1,7 +1,10 @@
 -- lock_all.lua past its free case (see there): some key is held, or has
 -- a line, or something to look at more closely. Runs with the names that
 -- lock_all.lua set up for either form: K[4i-3..4i] (the i-th key's lock,
--- fence, line and places), channels[i], publish, token, n, grace and life.
+-- fence, line and places), channels[i], publish, token, n, grace, life,
+-- claimed and taken_back (claimed or resent mode: a key of the caller's
+-- left by the pre-step is the first attempt's grant, and is given a fresh
+-- fence; a key it took back is told about like one given back).
 local clock
 local function now_ms()
   if not clock then
@@ -97,7 +100,7 @@ if not blocked then
     if last and not tonumber(last) then
       return {-1, 4 * i - 2}
     end
-    if ours[i] then
+    if ours[i] and not claimed then
       -- A retried call: same lease, same fence.
       redis.call('PEXPIRE', lock, ARGV[2])
       fences[i] = last or '0'
@@ -149,7 +152,7 @@ end
 local rejoin = grace == 0 or (present > 0 and live < n)
 for i = 1, n do
   local lock, line, places = K[4 * i - 3], K[4 * i - 1], K[4 * i]
-  local held = false
+  local held = taken_back[i] or false
   if ours[i] then
     redis.call('DEL', lock)
     held = true

@@ -28,6 +28,7 @@ mod force_release;
 mod inspect;
 mod keep_place;
 mod lock_all;
+pub(crate) mod lock_all_fast;
 pub(crate) mod native;
 mod raise_fence;
 mod record;
@@ -68,7 +69,7 @@ pub use keep_place::SOURCE as KEEP_PLACE_SOURCE;
 pub(crate) use keep_place::{Kept, keep_place};
 /// lock_all.lua as Redis runs it, for a focused test in tests/model.
 pub use lock_all::SOURCE as LOCK_ALL_SOURCE;
-pub(crate) use lock_all::lock_all;
+pub(crate) use lock_all::{Claimed, Form, lock_all};
 pub(crate) use native::{Native, Natives, Offered};
 pub(crate) use raise_fence::{Raise, raise_fence};
 pub(crate) use record::record;

@@ -52,6 +52,10 @@ impl Natives {
     /// acquisition (`fast.rs`) tells a taken lock from a wrong-typed key in
     /// its one command.
     pub(crate) const SET_NX_GET: Natives = Natives(8);
+    /// `MULTI … EXEC` of the native `lock_all` (`lock_all_fast.rs`): with
+    /// `SET … NX GET`, until the server refuses the transaction (an ACL
+    /// rule without `MULTI` and `EXEC`).
+    pub(crate) const MULTI_ALL: Natives = Natives(16);
 
     /// Whether every flag of `other` is in `self`.
     pub(crate) fn has(self, other: Natives) -> bool {
@@ -83,7 +87,7 @@ impl Natives {
         }
         match (name, valkey) {
             (Some("valkey"), Some(v)) | (None, Some(v)) => {
-                let mut natives = Natives::SET_NX_GET;
+                let mut natives = Natives(Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0);
                 if v >= (8, 1) {
                     natives.0 |= Natives::SET_IFEQ.0;
                 }
@@ -93,10 +97,13 @@ impl Natives {
                 natives
             }
             (None | Some("redis"), None) if !other_fork => match redis {
-                Some(v) if v >= (8, 4) => {
-                    Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0)
-                }
-                Some(v) if v >= (7, 0) => Natives::SET_NX_GET,
+                Some(v) if v >= (8, 4) => Natives(
+                    Natives::DELEX.0
+                        | Natives::SET_IFEQ.0
+                        | Natives::SET_NX_GET.0
+                        | Natives::MULTI_ALL.0,
+                ),
+                Some(v) if v >= (7, 0) => Natives(Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0),
                 _ => Natives::NONE,
             },
             _ => Natives::NONE,
@@ -266,7 +273,7 @@ mod tests {
     #[test]
     fn the_choice_follows_the_server_name_and_version() {
         let set = |n: Natives| n.has(Natives::SET_IFEQ);
-        let fast = Natives::SET_NX_GET.0;
+        let fast = Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0;
         assert_eq!(
             Natives::from_info(VALKEY_9),
             Natives(Natives::DELIFEQ.0 | Natives::SET_IFEQ.0 | fast)
@@ -275,14 +282,14 @@ mod tests {
             Natives::from_info(VALKEY_81),
             Natives(Natives::SET_IFEQ.0 | fast)
         );
-        assert_eq!(Natives::from_info(VALKEY_80), Natives::SET_NX_GET);
+        assert_eq!(Natives::from_info(VALKEY_80), Natives(fast));
         assert_eq!(
             Natives::from_info(REDIS_84),
             Natives(Natives::DELEX.0 | Natives::SET_IFEQ.0 | fast)
         );
         assert!(set(Natives::from_info(REDIS_84)));
-        assert_eq!(Natives::from_info(REDIS_82), Natives::SET_NX_GET);
-        assert_eq!(Natives::from_info(REDIS_70), Natives::SET_NX_GET);
+        assert_eq!(Natives::from_info(REDIS_82), Natives(fast));
+        assert_eq!(Natives::from_info(REDIS_70), Natives(fast));
         assert_eq!(
             Natives::from_info("# Server\r\nredis_version:6.2.14\r\n"),
             Natives::NONE
@@ -296,11 +303,13 @@ mod tests {
         let texts = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(
             Natives::common(&texts(&[VALKEY_9, VALKEY_81])),
-            Some(Natives(Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0))
+            Some(Natives(
+                Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0
+            ))
         );
         assert_eq!(
             Natives::common(&texts(&[VALKEY_9, REDIS_70])),
-            Some(Natives::SET_NX_GET)
+            Some(Natives(Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0))
         );
         assert_eq!(
             Natives::common(&texts(&["# Memory\r\nused_memory:1\r\n"])),
@@ -316,7 +325,7 @@ mod tests {
         offered.learn(Natives::from_info(VALKEY_9));
         assert_eq!(
             offered.get(),
-            Natives(Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0)
+            Natives(Natives::SET_IFEQ.0 | Natives::SET_NX_GET.0 | Natives::MULTI_ALL.0)
         );
     }
 }
