@@ -20,12 +20,30 @@
 //! (keep_place.lua, one call per key, as the library sends them): a dead
 //! waiter's places lapse within the place life of its death, in every line
 //! (`AllConfig::old_places`: as before the place life).
+//! On one server (`AllConfig::native`, the default) a `lock_all`
+//! acquisition's first attempt is the native free case ([`native`],
+//! lock_all_fast.rs): one atomic `MULTI … EXEC` of a `SET NX` per key and
+//! reads, granted with the server clock as every key's fence (written
+//! nowhere) when every key was free, no fence key marked and no line there;
+//! plainly busy when no `SET` took a key; else resolved at once by
+//! `lock_all.lua` in claimed mode (the caller's keys taken back, then
+//! decided as usual, a grant writing a fresh fence for every key). A lost
+//! reply (of the native step or of a claimed call) is sent again in resent
+//! mode (a key kept when its first attempt's grant as acquire.lua's resent
+//! mode judges it); every later attempt goes native while the waiter does
+//! not listen yet (a resend that failed too), else in claimed mode. The ghosts: every grant's fence above every earlier one of
+//! the key (or the acquisition's own, for a retried call), and no grant
+//! overtaking a `lock_all` waiter (a key resent kept was a grant when
+//! its native step ran, or comes before the waiters that joined after
+//! it). `AllConfig::old_claimed`: claimed mode keeping the caller's keys
+//! as a retried call (the checker finds a native claim overtaking a
+//! waiter first in a free key's line).
 //! Not modelled here: the gate, restarts, one-try calls, requests lost.
 
 mod script;
 mod steps;
 
-pub use script::{AllReply, Takes, lock_all};
+pub use script::{AllOut, AllReply, Takes, lock_all, native};
 
 use stateright::Model;
 
@@ -45,6 +63,33 @@ pub struct AllConfig {
     /// the sleep and the grace, nobody keeps them alive (on to show the
     /// property that finds it).
     pub old_places: bool,
+    /// The native free case (one server): a `lock_all` acquisition's first
+    /// attempt is one `MULTI … EXEC` ([`native`]); anything but a grant or
+    /// a plain busy is resolved at once by `lock_all.lua` in claimed mode,
+    /// a lost reply (native or claimed) is sent again in resent mode, and
+    /// every later attempt of the acquisition goes in claimed mode (native
+    /// again while it does not listen yet).
+    pub native: bool,
+    /// A broken claimed mode, on to show the properties that find it: the
+    /// caller's keys are kept as a retried call's (same lease, the fence
+    /// key's value), as `lock_all.lua` without a mode treats them.
+    pub old_claimed: bool,
+}
+
+impl Default for AllConfig {
+    fn default() -> Self {
+        AllConfig {
+            clients: vec![Takes::Both, Takes::One(1)],
+            horizon: 2,
+            faults: 0,
+            client_faults: false,
+            key_losses: false,
+            liveness: true,
+            old_places: false,
+            native: true,
+            old_claimed: false,
+        }
+    }
 }
 
 impl AllConfig {
@@ -55,12 +100,23 @@ impl AllConfig {
     }
 }
 
+/// What an attempt sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Via {
+    /// The native free case ([`native`]).
+    Native,
+    /// `lock_all.lua` (acquire.lua for a plain lock) with this mode
+    /// ([`Mode::Plain`]: none).
+    Script(Mode),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllPhase {
     Idle,
     Acquiring {
         sent: Time,
         flight: Flight<AllReply>,
+        via: Via,
     },
     Waiting {
         wake: Option<Time>,
@@ -90,6 +146,14 @@ pub struct AllClient {
     pub lost: bool,
     /// Ghost: when it crashed (0 once no place of it is left).
     pub died: Option<Time>,
+    /// The acquisition's first attempt went native: every later one goes
+    /// in claimed mode.
+    pub native: bool,
+    /// Ghost: the fence this acquisition was issued, per key (0: none).
+    pub issued: [u32; 2],
+    /// Ghost: the `lock_all` waiters that stood in line when its native
+    /// step ran (until that step's reply is delivered or resent).
+    pub ahead: Vec<u8>,
 }
 
 impl AllClient {
@@ -146,17 +210,48 @@ impl LockAll {
         }
     }
 
-    fn run_acquire(&self, w: &mut AllWorld, c: u8) -> AllReply {
-        let token = w.clients[usize::from(c)].token(c);
+    /// The server runs an attempt of `c` (`via`), with the ghosts' checks.
+    fn run_acquire(&self, w: &mut AllWorld, c: u8, via: Via) -> AllReply {
+        let ci = usize::from(c);
+        let token = w.clients[ci].token(c);
         let now = w.now;
         let floor = w.clock;
         let life = self.config.place_life();
         let lines_before = [w.keys[0].line.clone(), w.keys[1].line.clone()];
-        let (reply, fresh, told) = match self.takes(c) {
-            Takes::Both => lock_all(&mut w.keys, token, true, now, floor, life),
-            Takes::One(k) => {
+        // Per key: the grant writes a new fence (`fresh`), and is a new
+        // grant that must overtake no waiter (`new`).
+        let (reply, fresh, new, told, resumed) = match (self.takes(c), via) {
+            (Takes::Both, Via::Native) => {
+                let (reply, _) = native(&mut w.keys, token, now, floor);
+                // Who stood in line when the keys were set.
+                w.clients[ci].ahead = w.turns.clone();
+                let granted = matches!(reply, AllReply::Granted(_));
+                (reply, [granted; 2], [granted; 2], Vec::new(), [false; 2])
+            }
+            (Takes::Both, Via::Script(mode)) => {
+                // (`old_claimed`: claimed mode as the call without a mode.)
+                let runs = if self.config.old_claimed && mode == Mode::Claimed {
+                    Mode::Plain
+                } else {
+                    mode
+                };
+                let (reply, fresh, told, resumed) =
+                    lock_all(&mut w.keys, token, true, now, floor, life, runs);
+                let new = match mode {
+                    Mode::Plain => fresh,
+                    // Every key ours was an undecided `SET` (or a grant
+                    // whose reply was lost, taken back): all new.
+                    Mode::Claimed | Mode::ResentByLook => [true; 2],
+                    // A key kept was the first attempt's: a grant then (it
+                    // was checked then), or a `SET` that comes before the
+                    // waiters that joined after it.
+                    Mode::Resent => [0, 1].map(|k| !resumed[k] || w.clients[ci].issued[k] == 0),
+                };
+                (reply, fresh, new, told, resumed)
+            }
+            (Takes::One(k), _) => {
                 let k = usize::from(k);
-                let sent = match w.clients[usize::from(c)].phase {
+                let sent = match w.clients[ci].phase {
                     AllPhase::Acquiring { sent, .. } => sent,
                     _ => now,
                 };
@@ -173,26 +268,37 @@ impl LockAll {
                 };
                 let mut fresh = [false; 2];
                 fresh[k] = effects.fresh;
-                (reply, fresh, told)
+                (reply, fresh, fresh, told, [false; 2])
             }
         };
         for (_, next) in told {
             Self::notify(w, next);
         }
+        let joined = via != Via::Native;
         match reply {
             AllReply::Granted(_) => w.turns.retain(|&t| t != c),
-            AllReply::Busy(_) if self.takes(c) == Takes::Both && !w.turns.contains(&c) => {
+            AllReply::Busy(_)
+                if joined && self.takes(c) == Takes::Both && !w.turns.contains(&c) =>
+            {
                 w.turns.push(c)
             }
-            AllReply::Busy(_) => {}
+            _ => {}
         }
         if let AllReply::Granted(_) = reply {
             for (k, line) in lines_before.iter().enumerate() {
-                if !fresh[k] {
+                if !new[k] || !self.takes(c).keys().contains(&k) {
                     continue;
                 }
+                // A key a resent call kept and its native step did not
+                // grant: only the waiters that stood in line when it was
+                // set (and still do) are overtaken.
+                let kept = resumed[k];
+                let ahead = &w.clients[ci].ahead;
                 let at = |t: Tok| line.iter().position(|&x| x == t);
                 for &y in &w.turns {
+                    if kept && !ahead.contains(&y) {
+                        continue;
+                    }
                     let yt = w.clients[usize::from(y)].token(y);
                     if self.takes(y).keys().contains(&k) {
                         match (at(yt), at(token)) {
@@ -204,17 +310,28 @@ impl LockAll {
             }
         }
         match reply {
-            AllReply::Granted(fences) if fresh.contains(&true) => {
-                w.clock += 1;
-                for k in 0..2 {
+            AllReply::Granted(fences) => {
+                if fresh.contains(&true) {
+                    // TIME was read: the clock moves on.
+                    w.clock += 1;
+                }
+                for k in self.takes(c).keys() {
+                    let issued = w.clients[ci].issued[k];
                     if fresh[k] {
                         if fences[k] <= w.max_issued[k] {
                             w.fence_bad = true;
                         }
                         w.max_issued[k] = fences[k];
+                        w.clients[ci].issued[k] = fences[k];
+                    } else if fences[k] != issued {
+                        // Not a new fence: the one this acquisition was
+                        // issued before (a retried call's).
+                        w.fence_bad = true;
                     }
                 }
-                w.clients[usize::from(c)].lost = false;
+                if fresh.contains(&true) {
+                    w.clients[ci].lost = false;
+                }
             }
             AllReply::Busy(_)
                 if w.keys

@@ -25,7 +25,10 @@
 //! - [`all`]: `lock_all` on two keys beside a plain lock of one of them
 //!   (its waiters keep their places in every line alive; a dead one's
 //!   lapse within the place life, `AllConfig::old_places` switching back
-//!   the behaviour before it).
+//!   the behaviour before it); on one server its first attempt is the
+//!   native free case (one `MULTI … EXEC`), resolved by `lock_all.lua`'s
+//!   claimed and resent modes (`AllConfig::native`; `old_claimed`: a
+//!   claimed mode that keeps the caller's keys, which overtakes a waiter).
 //!
 //! The checks run in the root package's `tests/model` (`cargo test --test
 //! model`), which also replays the model's traces against a real

@@ -2556,7 +2556,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
     let (_, _) = keys[1].acquire(holder, false, 0, 1, Mode::Plain, 0, None);
     for t in [y, z] {
         assert!(matches!(
-            model_lock_all(&mut keys, t, true, 0, 1, None).0,
+            model_lock_all(&mut keys, t, true, 0, 1, None, Mode::Plain).0,
             AllReply::Busy(_)
         ));
     }
@@ -2567,12 +2567,158 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
         }
     }
     assert!(matches!(
-        model_lock_all(&mut keys, y, true, 1, 1, None).0,
+        model_lock_all(&mut keys, y, true, 1, 1, None, Mode::Plain).0,
         AllReply::Busy(_)
     ));
     for k in &keys {
         assert_eq!(k.line, vec![z, y]);
     }
+}
+
+/// A resent `lock_all` (after its native step's reply was lost) judges the
+/// first in a line as acquire.lua's resent mode does: the first in the
+/// list, its place lapsed or not. Here a plain waiter p stood in a's line
+/// before the native step took a and b, its place has lapsed since, and a
+/// plain waiter w joined behind it after the `SET`: the resend takes a back
+/// (p came first), finds w first once p's lapsed place is dropped, gives b
+/// back, tells w `next:` for a, and waits in both lines. (Judged by the
+/// first live waiter, w, it would keep a and take both keys ahead of w.)
+/// lock_all.lua and the model agree.
+#[test]
+fn a_resent_lock_all_judges_the_first_in_line_lapsed_or_not() {
+    use leasehold::__private::LOCK_ALL_SOURCE;
+    use leasehold_model::all::{AllReply, lock_all as model_lock_all, native};
+    use leasehold_model::scripts::{AcqReply, Mode, Server};
+
+    let server = RedisServer::start();
+    let mut con = server.connection().expect("a connection");
+    let mut sub = server.connection().expect("a connection");
+    let mut sub = sub.as_pubsub();
+    sub.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("a timeout");
+    sub.psubscribe("leasehold:{all}:*").expect("PSUBSCRIBE");
+    let key = |k: &str, what: &str| format!("leasehold:{{all}}:{k}:{what}");
+    let [x, h, p, w] = [0, 1, 2, 3].map(|client| Tok { client, r#gen: 0 });
+    let acquire = |con: &mut Connection, t: Tok| -> Value {
+        Script::new(ACQUIRE_SOURCE)
+            .key(key("a", "lock"))
+            .key(key("a", "fence"))
+            .key(key("a", "line"))
+            .key(key("a", "places"))
+            .arg(token(t))
+            .arg(30_000)
+            .arg(30_000 + FENCE_MEMORY_MS)
+            .arg(1_000)
+            .arg(0)
+            .arg("0")
+            .arg("")
+            .arg("")
+            .arg(0)
+            .arg(10_000)
+            .invoke(con)
+            .expect("acquire.lua")
+    };
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(5));
+    // h holds a; p waits in a's line; h's lease runs out.
+    assert!(matches!(acquire(&mut con, h), Value::BulkString(_)));
+    assert!(matches!(acquire(&mut con, p), Value::Int(_)));
+    cmd(&mut con, &["DEL", &key("a", "lock")]);
+    pause();
+    // x's native step: both SETs take their keys, a's line is there.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for k in ["a", "b"] {
+        pipe.cmd("SET")
+            .arg(key(k, "lock"))
+            .arg(token(x))
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .arg("GET");
+    }
+    pipe.cmd("MGET")
+        .arg(key("a", "fence"))
+        .arg(key("b", "fence"));
+    pipe.cmd("EXISTS")
+        .arg(key("a", "line"))
+        .arg(key("b", "line"));
+    pipe.cmd("TIME");
+    let replies: Vec<Value> = pipe.query(&mut con).expect("the native lock_all");
+    assert_eq!(replies[..2], [Value::Nil, Value::Nil], "{replies:?}");
+    assert_eq!(replies[3], Value::Int(1), "{replies:?}");
+    pause();
+    // w joins a's line behind p (x's key there); p's place lapses.
+    assert!(matches!(acquire(&mut con, w), Value::Int(_)));
+    cmd(&mut con, &["HSET", &key("a", "places"), &token(p), "1"]);
+    // x's resend (its reply was lost), in resent mode.
+    let real: Value = Script::new(LOCK_ALL_SOURCE)
+        .key(key("a", "lock"))
+        .key(key("b", "lock"))
+        .arg(token(x))
+        .arg(30_000)
+        .arg(30_000 + FENCE_MEMORY_MS)
+        .arg(1_000)
+        .arg(10_000)
+        .arg("2")
+        .invoke(&mut con)
+        .expect("lock_all.lua");
+    cmd(&mut con, &["PUBLISH", "leasehold:{all}:mark", "end"]);
+    let mut heard = Vec::new();
+    loop {
+        let msg = sub.get_message().expect("an announcement");
+        if msg.get_channel_name().ends_with(":mark") {
+            break;
+        }
+        let payload: String = msg.get_payload().expect("a message");
+        heard.push((msg.get_channel_name().to_string(), payload));
+    }
+    let lines: Vec<Vec<String>> = ["a", "b"]
+        .iter()
+        .map(|k| {
+            redis::cmd("LRANGE")
+                .arg(key(k, "line"))
+                .arg(0)
+                .arg(-1)
+                .query(&mut con)
+                .expect("LRANGE")
+        })
+        .collect();
+    let locks: Vec<Option<String>> = ["a", "b"]
+        .iter()
+        .map(|k| text(&cmd(&mut con, &["GET", &key(k, "lock")])))
+        .collect();
+
+    // The model, from the same state (a tick between the steps).
+    let mut keys: [Server; 2] = Default::default();
+    let got = keys[0].acquire(h, true, 0, 1, Mode::Plain, 0, None).0;
+    assert!(matches!(got, AcqReply::Granted(_)), "{got:?}");
+    let got = keys[0].acquire(p, true, 0, 2, Mode::Plain, 0, None).0;
+    assert!(matches!(got, AcqReply::Busy(_)), "{got:?}");
+    keys[0].lock = None;
+    assert_eq!(native(&mut keys, x, 1, 2).0, AllReply::Resolve);
+    let got = keys[0].acquire(w, true, 2, 3, Mode::Plain, 2, None).0;
+    assert!(matches!(got, AcqReply::Busy(_)), "{got:?}");
+    for place in &mut keys[0].places {
+        if place.0 == p {
+            place.1 = 1;
+        }
+    }
+    let (model, _, told, resumed) = model_lock_all(&mut keys, x, true, 2, 3, None, Mode::Resent);
+    assert_eq!(resumed, [false, true]);
+    assert!(matches!(model, AllReply::Busy(_)), "{model:?}");
+    assert!(matches!(real, Value::Int(_)), "{real:?}");
+    assert_eq!(told, vec![(0, w)]);
+    assert_eq!(
+        heard,
+        vec![(key("a", "released"), format!("next:{}", token(w)))]
+    );
+    for k in 0..2 {
+        let want: Vec<String> = keys[k].line.iter().map(|t| token(*t)).collect();
+        assert_eq!(lines[k], want, "key {k}'s line");
+        assert_eq!(locks[k], None, "key {k}'s lock");
+        assert_eq!(keys[k].lock, None, "key {k}'s lock in the model");
+    }
+    assert_eq!(lines, vec![vec![token(w), token(x)], vec![token(x)]]);
 }
 
 // The lock_all model (lock-model/src/all.rs) tied to lock_all.lua and the
@@ -2589,7 +2735,7 @@ mod all {
         ABANDON_SOURCE, ACQUIRE_SOURCE, KEEP_PLACE_SOURCE, LOCK_ALL_SOURCE, RELEASE_SOURCE,
         RENEW_SOURCE,
     };
-    use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes};
+    use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes, Via};
     use leasehold_model::protocol::Flight;
     use leasehold_model::scripts::{
         AcqReply, Exp, GRACE, KEPT, LEASE, Mode, PLACE_LIFE, RelReply, Server, Tok,
@@ -2608,13 +2754,19 @@ mod all {
         ["lock", "fence", "line", "places"].map(|what| name(k, what))
     }
 
-    struct Replay<'a> {
+    struct Replay<'a, 'b> {
         con: &'a mut Connection,
+        /// Subscribed to every key's channel: what the scripts announce.
+        sub: &'a mut redis::PubSub<'b>,
         model: &'a LockAll,
         /// Per key, the real fence each client was told (with the model's).
         told: [BTreeMap<u8, (u32, u64)>; 2],
         seen: BTreeMap<&'static str, usize>,
     }
+
+    /// The channel every walk's announcements are heard on (the keys'
+    /// release channels, and the mark that ends a step's).
+    const CHANNELS: &str = "leasehold:{all}:*";
 
     fn pair(pairs: &mut Vec<(u32, u64)>, model: u32, real: u64, what: &str) {
         for &(m, r) in pairs.iter() {
@@ -2641,7 +2793,26 @@ mod all {
         }
     }
 
-    impl Replay<'_> {
+    impl Replay<'_, '_> {
+        /// What the step announced: (key, message) for every message on a
+        /// key's channel, up to a mark published after the step.
+        fn heard(&mut self) -> Vec<(usize, String)> {
+            let mark = "leasehold:{all}:mark";
+            cmd(self.con, &["PUBLISH", mark, "end"]);
+            let mut heard = Vec::new();
+            loop {
+                let msg = self.sub.get_message().expect("an announcement");
+                let channel = msg.get_channel_name().to_string();
+                if channel == mark {
+                    return heard;
+                }
+                let k = (0..2)
+                    .find(|&k| channel == name(k, "released"))
+                    .unwrap_or_else(|| panic!("a message on {channel}"));
+                heard.push((k, msg.get_payload().expect("a message")));
+            }
+        }
+
         fn pttl(&mut self, key: &str) -> i64 {
             int(&cmd(self.con, &["PTTL", key]))
         }
@@ -2763,6 +2934,102 @@ mod all {
             }
         }
 
+        /// Counts a claimed or resent `lock_all.lua` call by its outcome,
+        /// and a resent call that kept a key of its first attempt's.
+        fn mode_seen(&mut self, mode: Mode, outcome: &str, resumed: [bool; 2]) {
+            let what = match (mode, outcome) {
+                (Mode::Claimed, "granted") => "lock_all claimed: granted",
+                (Mode::Claimed, _) => "lock_all claimed: busy",
+                (Mode::Resent, "granted") => "lock_all resent: granted",
+                (Mode::Resent, _) => "lock_all resent: busy",
+                _ => return,
+            };
+            *self.seen.entry(what).or_default() += 1;
+            if resumed.contains(&true) {
+                *self.seen.entry("lock_all resent: a key kept").or_default() += 1;
+            }
+        }
+
+        /// The native free case: the library's `MULTI … EXEC` (per key,
+        /// sorted, `SET lock token NX PX ttl GET`, then `MGET` of the fence
+        /// keys, `EXISTS` of the lines, `TIME`) and the client's decision
+        /// on its replies, against the model's step.
+        fn native(&mut self, before: &AllWorld, c: u8, step: &str) {
+            let t = before.clients[usize::from(c)].token(c);
+            let ttl = i64::from(LEASE) * TICK_MS;
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for k in 0..2 {
+                pipe.cmd("SET")
+                    .arg(name(k, "lock"))
+                    .arg(token(t))
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl)
+                    .arg("GET");
+            }
+            pipe.cmd("MGET").arg(name(0, "fence")).arg(name(1, "fence"));
+            pipe.cmd("EXISTS").arg(name(0, "line")).arg(name(1, "line"));
+            pipe.cmd("TIME");
+            let replies: Vec<Value> = pipe.query(self.con).expect("the native lock_all");
+            let [set0, set1, fences, lines, time] = &replies[..] else {
+                panic!("{step}: the transaction answered {replies:?}");
+            };
+            let (mut took, mut own) = (0, false);
+            for set in [set0, set1] {
+                match text(set) {
+                    None => took += 1,
+                    Some(v) if v.strip_prefix('+').unwrap_or(&v) == token(t) => own = true,
+                    Some(_) => {}
+                }
+            }
+            let clock: u64 = match time {
+                Value::Array(parts) => {
+                    let [s, us] = &parts[..] else {
+                        panic!("{step}: TIME {time:?}")
+                    };
+                    let s: u64 = text(s).unwrap().parse().unwrap();
+                    let us: u64 = text(us).unwrap().parse().unwrap();
+                    s * 1_000_000 + us
+                }
+                other => panic!("{step}: TIME {other:?}"),
+            };
+            let below = match fences {
+                Value::Array(values) => values.iter().all(|v| {
+                    text(v).is_none_or(|v| v.parse::<u64>().is_ok_and(|last| last < clock))
+                }),
+                other => panic!("{step}: MGET {other:?}"),
+            };
+            let real = if took == 2 && below && int(lines) == 0 {
+                AllReply::Granted([0; 2])
+            } else if took == 0 && !own {
+                AllReply::Busy(-1)
+            } else {
+                AllReply::Resolve
+            };
+            assert_eq!(self.heard(), vec![], "{step}: the native step announced");
+            let mut servers = before.keys.clone();
+            let (model, _) =
+                leasehold_model::all::native(&mut servers, t, before.now, before.clock);
+            match (real, model) {
+                (AllReply::Granted(_), AllReply::Granted(fences)) => {
+                    for (told, fence) in self.told.iter_mut().zip(fences) {
+                        told.insert(c, (fence, clock));
+                    }
+                    *self.seen.entry("native: granted").or_default() += 1;
+                }
+                (AllReply::Busy(_), AllReply::Busy(_)) => {
+                    *self.seen.entry("native: busy").or_default() += 1;
+                }
+                (AllReply::Resolve, AllReply::Resolve) => {
+                    *self.seen.entry("native: resolve").or_default() += 1;
+                }
+                (real, model) => panic!(
+                    "{step}: the native step decides {real:?} ({replies:?}), the model {model:?}"
+                ),
+            }
+        }
+
         fn step(&mut self, before: &AllWorld, action: Action, after: &AllWorld, step: &str) {
             let now = before.now;
             let ttl = i64::from(LEASE) * TICK_MS;
@@ -2774,13 +3041,21 @@ mod all {
                     let takes = self.model.config.clients[ci];
                     let keys = takes.keys();
                     match cl.phase {
-                        AllPhase::Acquiring { sent, .. } => {
+                        AllPhase::Acquiring {
+                            via: Via::Native, ..
+                        } => self.native(before, c, step),
+                        AllPhase::Acquiring { sent, via, .. } => {
+                            let mode = match via {
+                                Via::Script(mode) => mode,
+                                Via::Native => Mode::Plain,
+                            };
                             let real: Value = match takes {
                                 Takes::Both => {
                                     // Every other client sends the compact
                                     // form (one server: the lock keys alone),
-                                    // as the library does there.
-                                    let compact = c % 2 == 1;
+                                    // as the library does there; a mode
+                                    // goes in the compact form alone.
+                                    let compact = c % 2 == 1 || mode != Mode::Plain;
                                     let script = Script::new(LOCK_ALL_SOURCE);
                                     let mut call = script.prepare_invoke();
                                     for k in 0..2 {
@@ -2804,6 +3079,16 @@ mod all {
                                     // In line: the place life (ARGV[6 + n],
                                     // ARGV[5] in the compact form).
                                     call.arg(i64::from(PLACE_LIFE) * TICK_MS);
+                                    // The mode (ARGV[6], compact form).
+                                    match mode {
+                                        Mode::Claimed => {
+                                            call.arg("1");
+                                        }
+                                        Mode::Resent => {
+                                            call.arg("2");
+                                        }
+                                        _ => {}
+                                    }
                                     call.invoke(self.con).expect("lock_all.lua")
                                 }
                                 Takes::One(k) => {
@@ -2828,17 +3113,37 @@ mod all {
                                 }
                             };
                             let mut servers = before.keys.clone();
+                            let mut resumed = [false; 2];
                             let model = match takes {
                                 Takes::Both => {
-                                    leasehold_model::all::lock_all(
+                                    let out = leasehold_model::all::lock_all(
                                         &mut servers,
                                         t,
                                         true,
                                         now,
                                         before.clock,
                                         self.model.config.place_life(),
-                                    )
-                                    .0
+                                        mode,
+                                    );
+                                    resumed = out.3;
+                                    // Who lock_all.lua tells `next:`.
+                                    let mut want: Vec<(usize, String)> = out
+                                        .2
+                                        .iter()
+                                        .map(|&(k, next)| (k, format!("next:{}", token(next))))
+                                        .collect();
+                                    let mut heard = self.heard();
+                                    want.sort();
+                                    heard.sort();
+                                    assert_eq!(heard, want, "{step}: lock_all.lua announced");
+                                    if !want.is_empty() {
+                                        let what = match mode {
+                                            Mode::Plain => "lock_all: next: told",
+                                            _ => "lock_all claimed/resent: next: told",
+                                        };
+                                        *self.seen.entry(what).or_default() += 1;
+                                    }
+                                    out.0
                                 }
                                 Takes::One(k) => {
                                     let k = usize::from(k);
@@ -2875,6 +3180,7 @@ mod all {
                                         );
                                     }
                                     *self.seen.entry("acquire: busy").or_default() += 1;
+                                    self.mode_seen(mode, "busy", resumed);
                                     if takes == Takes::Both {
                                         // Places kept in every line, or
                                         // all taken again after one lapsed.
@@ -2902,6 +3208,7 @@ mod all {
                                         Takes::One(_) => "plain: granted",
                                     };
                                     *self.seen.entry(what).or_default() += 1;
+                                    self.mode_seen(mode, "granted", resumed);
                                 }
                                 (real, model) => {
                                     panic!("{step}: answered {real:?}, the model {model:?}")
@@ -3040,6 +3347,8 @@ mod all {
                 }
                 _ => {}
             }
+            // (What the other scripts announced is not compared here.)
+            self.heard();
             // Follow each told fence to the model's new numbering.
             for k in 0..2 {
                 let mut told = BTreeMap::new();
@@ -3060,40 +3369,30 @@ mod all {
         }
     }
 
-    #[test]
-    fn lock_all_and_the_plain_scripts_do_what_the_model_says() {
-        let server = RedisServer::start();
-        let mut con = server.connection().expect("a connection");
-        // Two lock_all callers and a plain lock of one key; one lock_all
-        // caller and a plain lock of each key (every other walk).
-        let models = [
-            vec![Takes::Both, Takes::Both, Takes::One(1)],
-            vec![Takes::Both, Takes::One(0), Takes::One(1)],
-        ]
-        .map(|clients| LockAll {
-            config: AllConfig {
-                clients,
-                horizon: 10,
-                faults: 3,
-                client_faults: true,
-                key_losses: true,
-                liveness: false,
-                old_places: false,
-            },
-        });
-        let walks: usize = std::env::var("LEASEHOLD_MODEL_WALKS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(300);
-        let mut rng = Rng(0x0a11_0a11);
+    /// Replays `walks` random walks (models taken in turn) step by step,
+    /// each compared key by key; what the steps took, counted.
+    fn replay_walks(
+        con: &mut Connection,
+        sub: &mut Connection,
+        models: &[LockAll],
+        walks: usize,
+        seed: u64,
+        what: &str,
+    ) -> BTreeMap<&'static str, usize> {
+        let mut sub = sub.as_pubsub();
+        sub.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a timeout");
+        sub.psubscribe(CHANNELS).expect("PSUBSCRIBE");
+        let mut rng = Rng(seed);
         let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
         let mut steps = 0;
         let mut actions = Vec::new();
         for n in 0..walks {
-            let model = &models[n % 2];
-            cmd(&mut con, &["FLUSHDB"]);
+            let model = &models[n % models.len()];
+            cmd(con, &["FLUSHDB"]);
             let mut replay = Replay {
-                con: &mut con,
+                con: &mut *con,
+                sub: &mut sub,
                 model,
                 told: [BTreeMap::new(), BTreeMap::new()],
                 seen: BTreeMap::new(),
@@ -3114,7 +3413,7 @@ mod all {
                 let Some(next) = model.next_state(&state, action) else {
                     continue;
                 };
-                let step = format!("lock_all walk {n} step {i} {action:?}");
+                let step = format!("{what} walk {n} step {i} {action:?}");
                 replay.step(&state, action, &next, &step);
                 replay.compare(&next, &step);
                 *covered.entry(kind(action)).or_default() += 1;
@@ -3125,40 +3424,236 @@ mod all {
                 *covered.entry(k).or_default() += n;
             }
         }
-        println!("lock_all conformance: {walks} walks, {steps} steps; per action: {covered:?}");
-        let every = [
-            "Apply",
-            "Deliver",
-            "Retry",
-            "GiveUp",
-            "Wake",
-            "Renew",
-            "Release",
-            "Tick",
-            "Cancel",
-            "LoseReply",
-            "Crash",
-            "LoseKey",
-            "lock_all: granted",
-            "plain: granted",
-            "acquire: busy",
-            "lock_all: busy, lines joined",
-            "lock_all: busy, places kept",
-            // A lapsed place (its waiter's attempt in flight across a tick,
-            // or dead): lines joined again, a keep finding its place gone.
-            "lock_all: busy, lines joined again",
-            "keep_place.lua: lock_all, kept",
-            "keep_place.lua: lock_all, place gone",
-            "keep_place.lua: plain, kept",
-            "renew",
-            "release",
-            "abandon",
-        ];
+        println!("{what} conformance: {walks} walks, {steps} steps; per action: {covered:?}");
+        covered
+    }
+
+    fn walks() -> usize {
+        std::env::var("LEASEHOLD_MODEL_WALKS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(300)
+    }
+
+    fn assert_covered(covered: &BTreeMap<&str, usize>, every: &[&str]) {
         let missing: Vec<&str> = every
             .iter()
             .copied()
             .filter(|k| !covered.contains_key(k))
             .collect();
         assert!(missing.is_empty(), "the walks never took {missing:?}");
+    }
+
+    fn models(native: bool) -> [LockAll; 2] {
+        // Two lock_all callers and a plain lock of one key; one lock_all
+        // caller and a plain lock of each key (every other walk).
+        [
+            vec![Takes::Both, Takes::Both, Takes::One(1)],
+            vec![Takes::Both, Takes::One(0), Takes::One(1)],
+        ]
+        .map(|clients| LockAll {
+            config: AllConfig {
+                clients,
+                horizon: 10,
+                faults: 3,
+                client_faults: true,
+                key_losses: true,
+                liveness: false,
+                old_places: false,
+                native,
+                old_claimed: false,
+            },
+        })
+    }
+
+    /// `lock_all.lua` without a mode (its first attempt too, as on
+    /// Cluster), the plain scripts beside it.
+    #[test]
+    fn lock_all_and_the_plain_scripts_do_what_the_model_says() {
+        let server = RedisServer::start();
+        let mut con = server.connection().expect("a connection");
+        let mut sub = server.connection().expect("a connection");
+        let covered = replay_walks(
+            &mut con,
+            &mut sub,
+            &models(false),
+            walks(),
+            0x0a11_0a11,
+            "lock_all",
+        );
+        assert_covered(
+            &covered,
+            &[
+                "Apply",
+                "Deliver",
+                "Retry",
+                "GiveUp",
+                "Wake",
+                "Renew",
+                "Release",
+                "Tick",
+                "Cancel",
+                "LoseReply",
+                "Crash",
+                "LoseKey",
+                "lock_all: granted",
+                "plain: granted",
+                "acquire: busy",
+                "lock_all: busy, lines joined",
+                "lock_all: busy, places kept",
+                // A lapsed place (its waiter's attempt in flight across a
+                // tick, or dead): lines joined again, a keep finding its
+                // place gone.
+                "lock_all: busy, lines joined again",
+                "keep_place.lua: lock_all, kept",
+                "keep_place.lua: lock_all, place gone",
+                "keep_place.lua: plain, kept",
+                "renew",
+                "release",
+                "abandon",
+            ],
+        );
+    }
+
+    /// The native free case (one server): a `lock_all` acquisition's first
+    /// attempt is the library's `MULTI … EXEC`, resolved at once by
+    /// `lock_all.lua` in claimed mode (`ARGV[6]` '1'), sent again after a
+    /// lost reply in resent mode ('2'), every later attempt claimed.
+    /// Replays one path of the model's (from its initial state), step by
+    /// step, each compared key by key; what the steps took, counted.
+    fn replay_path(
+        con: &mut Connection,
+        sub: &mut Connection,
+        model: &LockAll,
+        path: &[Action],
+        what: &str,
+    ) -> BTreeMap<&'static str, usize> {
+        let mut sub = sub.as_pubsub();
+        sub.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a timeout");
+        sub.psubscribe(CHANNELS).expect("PSUBSCRIBE");
+        cmd(con, &["FLUSHDB"]);
+        let mut replay = Replay {
+            con,
+            sub: &mut sub,
+            model,
+            told: [BTreeMap::new(), BTreeMap::new()],
+            seen: BTreeMap::new(),
+        };
+        let mut state = model.init_states().remove(0);
+        for (i, &action) in path.iter().enumerate() {
+            let next = model
+                .next_state(&state, action)
+                .unwrap_or_else(|| panic!("{what}: step {i} {action:?} is no step"));
+            let step = format!("{what} step {i} {action:?}");
+            replay.step(&state, action, &next, &step);
+            replay.compare(&next, &step);
+            state = next;
+        }
+        replay.seen
+    }
+
+    #[test]
+    fn the_native_lock_all_and_its_modes_do_what_the_model_says() {
+        let server = RedisServer::start();
+        let mut con = server.connection().expect("a connection");
+        let mut sub = server.connection().expect("a connection");
+        // The checker's paths to the native cases the random walks meet
+        // seldom, each replayed: a claim after a plain waiter marked the
+        // key its native step took; resends after a native grant and after
+        // a native step that took a key; a claim that takes back keys a
+        // lock_all waiter leads the lines of, telling it `next:` (the path
+        // on which the broken claimed mode overtakes it).
+        let three = AllConfig {
+            clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+            horizon: 2,
+            liveness: false,
+            ..AllConfig::default()
+        };
+        let faults = AllConfig {
+            clients: vec![Takes::Both, Takes::One(1)],
+            faults: 2,
+            client_faults: true,
+            key_losses: true,
+            liveness: false,
+            ..AllConfig::default()
+        };
+        let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+        let cases = [
+            (
+                three.clone(),
+                "a native lock_all resolved in claimed mode after a waiter marked its key",
+            ),
+            (faults.clone(), "a resent lock_all granted"),
+            (faults.clone(), "a resent lock_all busy"),
+            (
+                faults.clone(),
+                "a lost claimed grant sent again in resent mode",
+            ),
+            (
+                AllConfig {
+                    old_claimed: true,
+                    ..three.clone()
+                },
+                "no lock_all waiter is overtaken on any of its keys",
+            ),
+        ];
+        for (config, property) in cases {
+            let mut path = leasehold_model::discover_all(config.clone(), property)
+                .unwrap_or_else(|| panic!("no path to \"{property}\""));
+            if let Some(&Action::Retry(c)) = path.last() {
+                // The resend, run.
+                path.push(Action::Apply(c));
+            }
+            // (Replayed with the claimed mode as it is.)
+            let model = LockAll {
+                config: AllConfig {
+                    old_claimed: false,
+                    ..config
+                },
+            };
+            let seen = replay_path(&mut con, &mut sub, &model, &path, property);
+            println!("native lock_all conformance: \"{property}\": {path:?}: {seen:?}");
+            for (k, n) in seen {
+                *covered.entry(k).or_default() += n;
+            }
+        }
+        assert_covered(
+            &covered,
+            &[
+                "native: granted",
+                "native: resolve",
+                "lock_all claimed: busy",
+                "lock_all resent: a key kept",
+                "lock_all resent: granted",
+                "lock_all resent: busy",
+                "lock_all claimed/resent: next: told",
+            ],
+        );
+        let covered = replay_walks(
+            &mut con,
+            &mut sub,
+            &models(true),
+            walks(),
+            0x0a11_0a12,
+            "native lock_all",
+        );
+        assert_covered(
+            &covered,
+            &[
+                "native: granted",
+                "native: busy",
+                "native: resolve",
+                "lock_all claimed: granted",
+                "lock_all claimed: busy",
+                "lock_all resent: granted",
+                "lock_all resent: a key kept",
+                "lock_all claimed/resent: next: told",
+                "plain: granted",
+                "keep_place.lua: lock_all, kept",
+                "release",
+                "abandon",
+            ],
+        );
     }
 }

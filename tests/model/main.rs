@@ -894,7 +894,8 @@ fn lock_all_model(name: &str, config: AllConfig, reached: &[&str]) {
 /// sorted) and a plain lock of the second key: never two holders of a key,
 /// no deadlock (liveness), fences per key, and a busy `lock_all` holds no
 /// key, also after a lost reply retried once a key of the lost grant was
-/// taken from it alone.
+/// taken from it alone. Without the native free case: `lock_all.lua`
+/// alone, as on Cluster (`lock_all_native` checks it).
 #[test]
 fn lock_all_two_keys() {
     let clients = vec![Takes::Both, Takes::Both, Takes::One(1)];
@@ -908,6 +909,8 @@ fn lock_all_two_keys() {
             key_losses: false,
             liveness: true,
             old_places: false,
+            native: false,
+            old_claimed: false,
         },
         &[
             "lock_all waits behind a plain holder",
@@ -927,6 +930,8 @@ fn lock_all_two_keys() {
             key_losses: false,
             liveness: true,
             old_places: false,
+            native: false,
+            old_claimed: false,
         },
         &["a lock_all waiter keeps a place in both lines"],
     );
@@ -946,6 +951,8 @@ fn lock_all_two_keys() {
             key_losses: true,
             liveness: true,
             old_places: false,
+            native: false,
+            old_claimed: false,
         },
         &[
             "a retried lock_all after a key of its lost grant was taken",
@@ -971,6 +978,8 @@ fn lock_all_old_places_break_the_dead_waiters_property() {
         key_losses: false,
         liveness: false,
         old_places: true,
+        native: false,
+        old_claimed: false,
     };
     let mut path = leasehold_model::discover_all(config.clone(), property)
         .unwrap_or_else(|| panic!("old_places: the model does not find \"{property}\" broken"));
@@ -1195,5 +1204,131 @@ fn family_mixed_kinds_finds_the_old_defect() {
                 .expect("a step of the path");
         }
         assert_eq!(state.plain_overtook, !fixed, "fixed {fixed}: {state:?}");
+    }
+}
+
+/// The native free case of `lock_all` (one server): the first attempt is
+/// one `MULTI … EXEC` (a `SET NX` per key and reads), resolved at once by
+/// `lock_all.lua` in claimed mode when it neither grants nor is plainly
+/// busy, sent again in resent mode after a lost reply, every later attempt
+/// claimed. Never two holders, fences strictly increasing per key (the
+/// native grant's, the clock, written nowhere), no waiter overtaken, and
+/// every fair run serves every waiter.
+#[test]
+fn lock_all_native() {
+    let native = AllConfig {
+        native: true,
+        ..AllConfig::default()
+    };
+    lock_all_model(
+        "native lock_all, two callers and a plain lock",
+        AllConfig {
+            clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+            horizon: if long() { 2 } else { 1 },
+            ..native.clone()
+        },
+        &[
+            "a native lock_all grant",
+            "a native lock_all resolved in claimed mode after a waiter marked its key",
+            "a claimed lock_all granted",
+            "lock_all holds both keys",
+        ],
+    );
+    lock_all_model(
+        "native lock_all, faults",
+        AllConfig {
+            clients: vec![Takes::Both, Takes::One(1)],
+            horizon: 2,
+            faults: 2,
+            client_faults: true,
+            key_losses: true,
+            ..native.clone()
+        },
+        &[
+            "a native lock_all grant",
+            "a claimed lock_all granted",
+            "a resent lock_all granted",
+            "a resent lock_all busy",
+            "a lost claimed grant sent again in resent mode",
+        ],
+    );
+    // Two lock_all callers with the client faults: a resend or a claim
+    // beside the other's places in both lines.
+    lock_all_model(
+        "native lock_all, two callers, faults",
+        AllConfig {
+            clients: vec![Takes::Both, Takes::Both],
+            horizon: 2,
+            faults: 2,
+            client_faults: true,
+            key_losses: true,
+            ..native.clone()
+        },
+        &[
+            "a resent lock_all granted",
+            "a resent lock_all busy",
+            "a dead lock_all waiter keeps a place in both lines",
+        ],
+    );
+    // Two lock_all callers and a plain lock with a client fault (one tick,
+    // no liveness): a resend finds a waiter first in a line of a key its
+    // native step took, and keeps the key only for a plain waiter that
+    // joined after it was set.
+    lock_all_model(
+        "native lock_all, three clients, a fault",
+        AllConfig {
+            clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+            horizon: 1,
+            faults: 1,
+            client_faults: true,
+            liveness: false,
+            ..native.clone()
+        },
+        &[
+            "a native lock_all resolved in claimed mode after a waiter marked its key",
+            "a resent lock_all busy",
+        ],
+    );
+}
+
+/// The broken claimed mode (`old_claimed`: the caller's keys kept as a
+/// retried call's, as `lock_all.lua` without a mode keeps them): the
+/// checker finds a native claim that overtakes a `lock_all` waiter first in
+/// a free key's line (the path's length printed), and the same path is
+/// safe with the claimed mode as it is.
+#[test]
+fn lock_all_old_claimed_overtakes_a_waiter() {
+    let property = "no lock_all waiter is overtaken on any of its keys";
+    let config = AllConfig {
+        clients: vec![Takes::Both, Takes::Both, Takes::One(1)],
+        horizon: 2,
+        liveness: false,
+        old_claimed: true,
+        ..AllConfig::default()
+    };
+    let path = leasehold_model::discover_all(config.clone(), property)
+        .unwrap_or_else(|| panic!("old_claimed: the model does not find \"{property}\" broken"));
+    println!(
+        "model: lock_all, claimed mode as a retried call: \"{property}\" broken after {} steps: {path:?}",
+        path.len()
+    );
+    for old_claimed in [true, false] {
+        let model = leasehold_model::all::LockAll {
+            config: AllConfig {
+                old_claimed,
+                ..config.clone()
+            },
+        };
+        let mut state = model.init_states().remove(0);
+        for &action in &path {
+            let Some(next) = model.next_state(&state, action) else {
+                break;
+            };
+            state = next;
+        }
+        assert_eq!(
+            state.overtaken, old_claimed,
+            "old_claimed {old_claimed}: {state:?}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `lock_all.lua` over two keys, branch by branch, and what a client of
 //! the model takes.
 
-use crate::scripts::{LEASE, Server, Time, Tok};
+use crate::scripts::{LEASE, Lease, Mode, Server, SetNx, Time, Tok};
 
 /// What a client takes: both keys, or one key's plain lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,12 +25,64 @@ pub enum AllReply {
     /// The fences, per key (0 for a key not taken).
     Granted([u32; 2]),
     Busy(i32),
+    /// The native step's client decision: neither granted nor busy (a key
+    /// taken, or the caller's own found): `lock_all.lua` in claimed mode
+    /// decides at once.
+    Resolve,
 }
 
-/// lock_all.lua over both keys: the reply, whether it was a new grant of
-/// some key, and who was told `next:` (key, token). `life`: the place life
-/// (`ARGV[6 + n]`, `ARGV[5]` in the compact form; `None`: the places are
-/// kept for the sleep and the grace, as before it).
+/// The native free case (lock_all_fast.rs, one server): one `MULTI …
+/// EXEC`, atomic: per key `SET lock token NX PX lease GET`, then `MGET` of
+/// the fence keys, `EXISTS` of the lines and `TIME` (`clock`), and the
+/// client's decision on the replies. Granted when every `SET` took its key,
+/// no fence key is marked or at or above the clock and no line exists: the
+/// fence of every key is the clock, written nowhere (the lock keys alone
+/// were written, unmarked). Busy when no `SET` took a key and none found
+/// the caller's token (nothing changed). Else [`AllReply::Resolve`]: the
+/// keys taken stay the caller's (unmarked, undecided) until `lock_all.lua`
+/// in claimed mode runs. The reply, and which keys the `SET`s took.
+pub fn native(s: &mut [Server; 2], token: Tok, now: Time, clock: u32) -> (AllReply, [bool; 2]) {
+    let mut took = [false; 2];
+    let mut own = false;
+    for (i, key) in s.iter_mut().enumerate() {
+        match key.set_nx(token, now) {
+            SetNx::Took => took[i] = true,
+            SetNx::Own => own = true,
+            SetNx::Taken => {}
+        }
+    }
+    let free = s
+        .iter()
+        .all(|k| k.line.is_empty() && k.fence.is_none_or(|f| !f.marked && f.value < clock));
+    let reply = if took == [true; 2] && free {
+        for key in s.iter_mut() {
+            if let Some(l) = &mut key.lock {
+                l.fast = false;
+            }
+        }
+        AllReply::Granted([clock; 2])
+    } else if took == [false; 2] && !own {
+        AllReply::Busy(-1)
+    } else {
+        AllReply::Resolve
+    };
+    (reply, took)
+}
+
+/// What `lock_all.lua` did: the reply, which keys it granted with a new
+/// fence, who was told `next:` (key, token), and which keys holding the
+/// caller's token resent mode kept (`resumed`).
+pub type AllOut = (AllReply, [bool; 2], Vec<(usize, Tok)>, [bool; 2]);
+
+/// lock_all.lua over both keys. `life`: the place life (`ARGV[6 + n]`,
+/// `ARGV[5]` in the compact form; `None`: the places are kept for the
+/// sleep and the grace, as before it). `mode`: the compact form's
+/// `ARGV[6]` (after the native free case): [`Mode::Claimed`] takes every
+/// key holding the caller's token back first, [`Mode::Resent`] too but
+/// keeps a key that was the first attempt's grant as acquire.lua's resent
+/// mode judges it; in either a grant writes a fresh fence for every key,
+/// and a call that does not grant tells the first in line of every key it
+/// took back. [`Mode::Plain`]: no mode (a key already ours: a retried call).
 pub fn lock_all(
     s: &mut [Server; 2],
     token: Tok,
@@ -38,8 +90,40 @@ pub fn lock_all(
     now: Time,
     floor: u32,
     life: Option<Time>,
-) -> (AllReply, [bool; 2], Vec<(usize, Tok)>) {
+    mode: Mode,
+) -> AllOut {
     let mut told = Vec::new();
+    let mut taken_back = [false; 2];
+    let mut resumed = [false; 2];
+    if mode != Mode::Plain {
+        for i in 0..2 {
+            let Some(l) = s[i].lock.filter(|l| l.owner == token) else {
+                continue;
+            };
+            // Resent: kept when nobody is first in line but the caller, or
+            // the first is a plain waiter that joined no earlier than the
+            // key was set (its lease less its PTTL ago), as acquire.lua's
+            // resent mode judges: the first in the list, its place lapsed
+            // or not (`LINDEX line 0`).
+            let keep = mode == Mode::Resent
+                && match s[i].line.first().copied() {
+                    None => true,
+                    Some(first) if first == token => true,
+                    Some(first) => match s[i].lease(first) {
+                        Some(Lease::Waiting(_, _, _, joined)) => {
+                            i32::from(joined) >= i32::from(l.exp) - i32::from(LEASE)
+                        }
+                        _ => false,
+                    },
+                };
+            if keep {
+                resumed[i] = true;
+            } else {
+                s[i].lock = None;
+                taken_back[i] = true;
+            }
+        }
+    }
     let mut blocked = false;
     let (mut sleep, mut unknown) = (0i32, false);
     let mut ours = [false; 2];
@@ -83,7 +167,7 @@ pub fn lock_all(
         let mut fresh = [false; 2];
         for i in 0..2 {
             let last = s[i].fence.map(|f| f.value);
-            if ours[i] {
+            if ours[i] && mode == Mode::Plain {
                 // A retried call: same lease, same fence.
                 if let Some(l) = &mut s[i].lock {
                     l.exp = now + LEASE;
@@ -116,7 +200,7 @@ pub fn lock_all(
             });
             fences[i] = fence;
         }
-        return (AllReply::Granted(fences), fresh, told);
+        return (AllReply::Granted(fences), fresh, told, resumed);
     }
     if unknown {
         sleep = -1;
@@ -126,8 +210,8 @@ pub fn lock_all(
     // again at the back).
     let rejoin = !in_line || (present > 0 && live < 2);
     for (i, key) in s.iter_mut().enumerate() {
-        let held = ours[i];
-        if held {
+        let held = ours[i] || taken_back[i];
+        if ours[i] {
             key.lock = None;
         }
         let mut was_first = false;
@@ -155,5 +239,5 @@ pub fn lock_all(
             key.tidy();
         }
     }
-    (AllReply::Busy(sleep), [false; 2], told)
+    (AllReply::Busy(sleep), [false; 2], told, resumed)
 }

@@ -28,6 +28,9 @@ impl Model for LockAll {
                     notified: false,
                     lost: false,
                     died: None,
+                    native: false,
+                    issued: [0; 2],
+                    ahead: Vec::new(),
                 })
                 .collect(),
             max_issued: [0; 2],
@@ -115,14 +118,23 @@ impl Model for LockAll {
         let now = w.now;
         match action {
             Action::Start(c, _) => {
+                let native = self.config.native && self.takes(c) == Takes::Both;
                 let cl = &mut w.clients[usize::from(c)];
                 cl.r#gen += 1;
                 cl.listening = false;
                 cl.lost = false;
                 cl.notified = false;
+                cl.native = native;
+                cl.issued = [0; 2];
+                cl.ahead.clear();
                 cl.phase = AllPhase::Acquiring {
                     sent: now,
                     flight: Flight::Sent,
+                    via: if native {
+                        Via::Native
+                    } else {
+                        Via::Script(Mode::Plain)
+                    },
                 };
             }
             Action::Apply(c) => {
@@ -130,11 +142,12 @@ impl Model for LockAll {
                 let token = w.clients[ci].token(c);
                 let keys = self.takes(c).keys();
                 match w.clients[ci].phase {
-                    AllPhase::Acquiring { sent, .. } => {
-                        let reply = self.run_acquire(&mut w, c);
+                    AllPhase::Acquiring { sent, via, .. } => {
+                        let reply = self.run_acquire(&mut w, c, via);
                         w.clients[ci].phase = AllPhase::Acquiring {
                             sent,
                             flight: Flight::Replied(reply),
+                            via,
                         };
                     }
                     AllPhase::Holding {
@@ -171,7 +184,11 @@ impl Model for LockAll {
                                     w.fence_bad = true;
                                 }
                                 w.max_issued[k] = fence;
-                                w.clients[usize::from(next.client)].lost = false;
+                                let to = &mut w.clients[usize::from(next.client)];
+                                to.lost = false;
+                                if to.token(next.client) == next {
+                                    to.issued[k] = fence;
+                                }
                                 Self::notify(&mut w, next);
                             }
                         }
@@ -195,15 +212,23 @@ impl Model for LockAll {
             }
             Action::Deliver(c) => {
                 let cl = &mut w.clients[usize::from(c)];
+                cl.ahead.clear();
                 cl.phase = match cl.phase {
                     AllPhase::Acquiring {
                         sent,
                         flight: Flight::Replied(reply),
+                        ..
                     } => match reply {
                         AllReply::Granted(fences) => AllPhase::Holding {
                             fences,
                             valid: sent + LEASE,
                             renewing: None,
+                        },
+                        // lock_all.lua in claimed mode, at once.
+                        AllReply::Resolve => AllPhase::Acquiring {
+                            sent,
+                            flight: Flight::Sent,
+                            via: Via::Script(Mode::Claimed),
                         },
                         AllReply::Busy(sleep) => {
                             if cl.listening {
@@ -244,11 +269,25 @@ impl Model for LockAll {
             Action::Retry(c) => {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = match cl.phase {
-                    AllPhase::Acquiring { .. } => {
+                    // Sent again at once after a broken connection
+                    // (`settle`): the native step or a claimed call in
+                    // resent mode, the script without a mode as it was. A
+                    // resend that fails too is the waiter's next attempt
+                    // (waiting.rs): native again while it does not listen
+                    // yet, else claimed.
+                    AllPhase::Acquiring { via, .. } => {
                         cl.notified = false;
                         AllPhase::Acquiring {
                             sent: now,
                             flight: Flight::Sent,
+                            via: match via {
+                                Via::Script(Mode::Plain) => Via::Script(Mode::Plain),
+                                Via::Native | Via::Script(Mode::Claimed) => {
+                                    Via::Script(Mode::Resent)
+                                }
+                                Via::Script(_) if cl.listening => Via::Script(Mode::Claimed),
+                                Via::Script(_) => Via::Native,
+                            },
                         }
                     }
                     AllPhase::Holding { fences, valid, .. } => AllPhase::Holding {
@@ -268,6 +307,7 @@ impl Model for LockAll {
             Action::GiveUp(c) => {
                 w.turns.retain(|&t| t != c);
                 let cl = &mut w.clients[usize::from(c)];
+                cl.ahead.clear();
                 cl.phase = match cl.phase {
                     AllPhase::Acquiring { .. } => AllPhase::Abandoning {
                         flight: Flight::Sent,
@@ -281,6 +321,11 @@ impl Model for LockAll {
                 cl.phase = AllPhase::Acquiring {
                     sent: now,
                     flight: Flight::Sent,
+                    via: Via::Script(if cl.native {
+                        Mode::Claimed
+                    } else {
+                        Mode::Plain
+                    }),
                 };
             }
             Action::Cancel(c) => {
@@ -304,6 +349,7 @@ impl Model for LockAll {
                 let cl = &mut w.clients[usize::from(c)];
                 cl.phase = AllPhase::Dead;
                 cl.died = Some(now);
+                cl.ahead.clear();
             }
             Action::Tick => {
                 if !self.config.old_places {
@@ -311,16 +357,21 @@ impl Model for LockAll {
                 }
                 w.now += 1;
                 let now = w.now;
-                // A waiter whose place lapsed lost its turn.
-                let (keys, clients) = (&w.keys, &w.clients);
-                w.turns.retain(|&y| {
-                    let yt = clients[usize::from(y)].token(y);
-                    keys.iter()
-                        .all(|k| k.place(yt).is_none_or(|kept| kept > now))
-                });
+                // A waiter whose place lapsed lost its turn: its place kept
+                // no longer, or gone with its line's places key (late by
+                // more than its grace).
+                let before = w.keys.clone();
                 for k in &mut w.keys {
                     k.expire(now);
                 }
+                let (keys, clients) = (&w.keys, &w.clients);
+                w.turns.retain(|&y| {
+                    let yt = clients[usize::from(y)].token(y);
+                    keys.iter().zip(&before).all(|(k, was)| {
+                        was.place(yt)
+                            .is_none_or(|_| k.place(yt).is_some_and(|kept| kept > now))
+                    })
+                });
             }
             Action::LoseKey(k) => {
                 let key = &mut w.keys[usize::from(k)];
@@ -414,6 +465,95 @@ impl Model for LockAll {
                         && matches!(c.phase, AllPhase::Holding { valid, .. } if w.now < valid)
                 })
             }),
+            Property::sometimes("a native lock_all grant", |_, w: &AllWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        AllPhase::Acquiring {
+                            via: Via::Native,
+                            flight: Flight::Replied(AllReply::Granted(_)),
+                            ..
+                        }
+                    )
+                })
+            }),
+            Property::sometimes(
+                "a native lock_all resolved in claimed mode after a waiter marked its key",
+                |_, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        let t = c.token(i as u8);
+                        matches!(
+                            c.phase,
+                            AllPhase::Acquiring {
+                                via: Via::Script(Mode::Claimed),
+                                flight: Flight::Sent,
+                                ..
+                            }
+                        ) && w
+                            .keys
+                            .iter()
+                            .any(|k| k.lock.is_some_and(|l| l.owner == t && l.marked))
+                    })
+                },
+            ),
+            Property::sometimes("a claimed lock_all granted", |_, w: &AllWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        AllPhase::Acquiring {
+                            via: Via::Script(Mode::Claimed),
+                            flight: Flight::Replied(AllReply::Granted(_)),
+                            ..
+                        }
+                    )
+                })
+            }),
+            Property::sometimes("a resent lock_all granted", |_, w: &AllWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        AllPhase::Acquiring {
+                            via: Via::Script(Mode::Resent),
+                            flight: Flight::Replied(AllReply::Granted(_)),
+                            ..
+                        }
+                    )
+                })
+            }),
+            Property::sometimes(
+                "a lost claimed grant sent again in resent mode",
+                |_, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        let t = c.token(i as u8);
+                        matches!(
+                            c.phase,
+                            AllPhase::Acquiring {
+                                via: Via::Script(Mode::Resent),
+                                flight: Flight::Sent,
+                                ..
+                            }
+                        ) && (0..2).all(|k| {
+                            // The script wrote the fence it issued (a
+                            // native grant writes none).
+                            w.keys[k].lock.is_some_and(|l| l.owner == t)
+                                && c.issued[k] != 0
+                                && w.keys[k].fence.is_some_and(|f| f.value == c.issued[k])
+                        })
+                    })
+                },
+            ),
+            Property::sometimes("a resent lock_all busy", |_, w: &AllWorld| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        AllPhase::Acquiring {
+                            via: Via::Script(Mode::Resent),
+                            flight: Flight::Replied(AllReply::Busy(_)),
+                            ..
+                        }
+                    )
+                })
+            }),
             Property::sometimes(
                 "a retried lock_all after a key of its lost grant was taken",
                 |m: &LockAll, w: &AllWorld| {
@@ -460,6 +600,7 @@ fn canon(w: &mut AllWorld) {
         values.extend(k.fence.map(|f| f.value));
     }
     for c in &w.clients {
+        values.extend(c.issued);
         match c.phase {
             AllPhase::Holding { fences, .. }
             | AllPhase::Acquiring {
@@ -487,6 +628,7 @@ fn canon(w: &mut AllWorld) {
         }
     }
     for c in &mut w.clients {
+        c.issued = c.issued.map(rank);
         match &mut c.phase {
             AllPhase::Holding { fences, .. }
             | AllPhase::Acquiring {
