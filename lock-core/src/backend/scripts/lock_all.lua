@@ -21,9 +21,10 @@
 -- none) and ARGV[6] (optional) the mode, below; the
 -- fence key, line, places and channel are named from the lock key
 -- (`…:lock` → `…:fence`, `…:line`, `…:places`, `…:released`) and releases
--- are announced with PUBLISH. Each argument Redis passes to a script
--- costs it about 1k instructions: the compact form passes 5 + n instead
--- of 10 + 5n.
+-- are announced with PUBLISH. (The full form is told by its ARGV[5], a
+-- publish command.) Each argument Redis passes to a script costs it about
+-- 1k instructions: the compact form passes at most 6 + n instead of
+-- 10 + 5n.
 --
 -- Modes (compact form only), after the native free case (lock_all_fast.rs,
 -- a MULTI of one `SET … NX PX … GET` per key and reads) may have taken
