@@ -133,7 +133,7 @@ impl<T: Topology> RedisBackend<T> {
                 sent_us: None,
                 life: self.gate.place_life(),
             };
-            let form = if self.topology.one_slot() && publish == "PUBLISH" {
+            let form = if self.compact_lock_all() {
                 scripts::Form::Compact(claimed)
             } else {
                 scripts::Form::Full { publish }

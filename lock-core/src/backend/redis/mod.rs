@@ -157,6 +157,13 @@ impl<T: Topology> RedisBackend<T> {
         }
     }
 
+    /// Whether `lock_all.lua` goes in its compact form (one server,
+    /// releases announced with `PUBLISH`): then also its modes after the
+    /// native free case, which only that form takes.
+    pub(super) fn compact_lock_all(&self) -> bool {
+        self.topology.one_slot() && self.topology.publish() == "PUBLISH"
+    }
+
     pub(crate) fn topology(&self) -> &T {
         &self.topology
     }
@@ -219,9 +226,7 @@ impl<T: Topology> Backend for RedisBackend<T> {
         let fast_ok = attempt.fence_floor.is_none()
             && match attempt.keys.kind {
                 super::keys::Kind::Lock => true,
-                super::keys::Kind::All(_) => {
-                    self.topology.one_slot() && self.topology.publish() == "PUBLISH"
-                }
+                super::keys::Kind::All(_) => self.compact_lock_all(),
                 _ => false,
             }
             && self.topology.fast_path();

@@ -129,6 +129,9 @@ fn decide(replies: &[Value], n: usize, token: &str) -> Fast {
     let Value::Array(fences) = fences else {
         return Fast::Resolve;
     };
+    if fences.len() != n {
+        return Fast::Resolve;
+    }
     for fence in fences {
         let last = match fence {
             Value::Nil => 0,
@@ -141,9 +144,6 @@ fn decide(replies: &[Value], n: usize, token: &str) -> Fast {
         if last >= now_us {
             return Fast::Resolve;
         }
-    }
-    if fences.len() != n {
-        return Fast::Resolve;
     }
     Fast::Yes { fence: now_us }
 }
