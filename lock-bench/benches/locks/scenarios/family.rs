@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use super::throughput::pairs_row;
+use super::throughput::{pairs_row, server_cpu_s};
 use super::{Ctx, TTL};
 use crate::adapters::{Adapter, Kind, Res, Settings, Shape};
 use crate::report::{Record, Row, Value};
-use crate::stats::{Samples, rate};
+use crate::stats::{Samples, cpu_time, rate};
 
 /// The free rows' scenario.
 pub const FREE: &str = "S9 family free";
@@ -211,6 +211,10 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
 
     let inside = Arc::new(Inside::default());
     let window = ctx.knobs.contended_window;
+    let server = ctx.main();
+    let stats_before = super::commandstats(server);
+    let server_cpu_before = server_cpu_s(server);
+    let cpu_before = cpu_time();
     let start = Instant::now();
     let deadline = start + window;
     let handles: Vec<_> = roles
@@ -261,6 +265,12 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
         total_all += all;
         waits.extend(w);
     }
+    // What every grant cost (the tasks' last grants past the window
+    // included): the server's and this process' CPU, and the commands
+    // Redis ran (`INFO commandstats`: a script's own calls count too).
+    let server_cpu = server_cpu_s(server) - server_cpu_before;
+    let cpu = cpu_time().saturating_sub(cpu_before);
+    let stats = super::commandstats_diff(&stats_before, &super::commandstats(server));
     base.shutdown().await;
     let mut data = data;
     let counted: Option<u64> = redis::cmd("GET")
@@ -269,6 +279,12 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
         .await?;
     let exact = counted.unwrap_or(0) == total_all && !inside.violated.load(Ordering::SeqCst);
     let total: u64 = grants.iter().map(|&(_, n)| n).sum();
+    let per = total_all.max(1) as f64;
+    let sent: u64 = stats
+        .iter()
+        .filter(|(name, _)| *name != "info")
+        .map(|(_, &(calls, _))| calls)
+        .sum();
     let mut record = Record::new(
         scenario,
         kind.name(),
@@ -276,7 +292,28 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
         waits.p50_us(),
         waits.p99_us(),
     )
-    .with("tasks", Value::I(roles.len() as i64));
+    .with("tasks", Value::I(roles.len() as i64))
+    .with("server_us_per_grant", Value::F(server_cpu * 1e6 / per))
+    .with(
+        "client_cpu_us_per_grant",
+        Value::F(cpu.as_secs_f64() * 1e6 / per),
+    )
+    .with("calls_per_grant", Value::F(sent as f64 / per))
+    .with(
+        "server_top",
+        Value::S(super::commands(&stats, per, usize::MAX)),
+    )
+    .with(
+        "script_us_per_grant",
+        Value::F(
+            stats
+                .iter()
+                .filter(|(name, _)| name.starts_with("eval"))
+                .map(|(_, &(_, usec))| usec as f64)
+                .sum::<f64>()
+                / per,
+        ),
+    );
     let mut role_names: Vec<(Shape, &str)> = Vec::new();
     for &role in roles {
         if !role_names.iter().any(|(s, _)| *s == role) {

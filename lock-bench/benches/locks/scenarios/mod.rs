@@ -151,11 +151,20 @@ pub fn commandstats_diff(
 
 /// `name=calls` for the busiest commands, busiest first.
 pub fn top_commands(diff: &std::collections::BTreeMap<String, (u64, u64)>, per: f64) -> String {
+    commands(diff, per, 4)
+}
+
+/// `name=calls` for the `n` busiest commands, busiest first.
+pub fn commands(
+    diff: &std::collections::BTreeMap<String, (u64, u64)>,
+    per: f64,
+    n: usize,
+) -> String {
     let mut v: Vec<(&String, u64)> = diff.iter().map(|(n, &(c, _))| (n, c)).collect();
     v.sort_by_key(|&(_, calls)| std::cmp::Reverse(calls));
     v.iter()
-        .take(4)
-        .map(|(n, c)| format!("{n}:{:.0}", *c as f64 / per))
+        .take(n)
+        .map(|(n, c)| format!("{n}:{:.1}", *c as f64 / per))
         .collect::<Vec<_>>()
         .join(",")
 }

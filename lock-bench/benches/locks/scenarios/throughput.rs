@@ -89,7 +89,7 @@ pub async fn pairs(
 
 /// The server's CPU time so far (`used_cpu_sys_main_thread` +
 /// `used_cpu_user_main_thread`, falling back to the process'), seconds.
-fn server_cpu_s(server: &RedisServer) -> f64 {
+pub(super) fn server_cpu_s(server: &RedisServer) -> f64 {
     let text = server.info("cpu");
     let field = |name: &str| {
         text.lines()
