@@ -8,10 +8,11 @@
 -- family_acquire.lua): what family_release.lua needs to hand the waiter
 -- its grant.
 
--- The server clock in ms.
+-- The server clock in ms, and the TIME reply it was read from (a
+-- handing on makes its fencing token of it: one TIME per script).
 local function clock_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
 -- Whether kinds a and b belong to the same primitive (a permit is no share).
@@ -129,6 +130,28 @@ local function may_go(kind, position, holders, line, permits)
     end
   end
   return true
+end
+
+-- Whether the decimal integer string a (a fencing token, no leading
+-- zeros) is above b: compared as strings, since every `tonumber` costs
+-- the server about 2k instructions.
+local function above(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+
+-- Whether nobody in line may go now, whoever stands first: every permit
+-- of a semaphore (`kind` s) is taken, or a writer holds a rw lock. (A
+-- handing on stops here without reading the line.)
+local function nobody_may_go(kind, holders, permits)
+  if kind == 's' then
+    return #holders >= permits
+  end
+  for _, holder in ipairs(holders) do
+    if holder[2] == 'w' then
+      return true
+    end
+  end
+  return false
 end
 
 -- Make the hash `key` live at least until `untl` (server ms).

@@ -21,7 +21,7 @@
 --                             `next:` for the last
 
 local token, kind = ARGV[1], ARGV[2]
-local now = clock_ms()
+local now, time = clock_ms()
 local held = typed('HDEL', KEYS[1], token)
 if type(held) ~= 'number' then
   held = 0

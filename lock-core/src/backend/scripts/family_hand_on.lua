@@ -10,7 +10,8 @@
 -- `next:<token>` and the handing on stops there (it looks itself).
 --
 -- The script before it defines: `holders` (family.lua's live_holders of
--- the key, read by it), `kind`, `now`, `base` (the
+-- the key, read by it), `kind`, `now` and `time` (family.lua's clock_ms:
+-- the fencing tokens are made of the same TIME reply), `base` (the
 -- lock key less ':lock'), `line_key`, `places_key`, `fence_named` (the
 -- fence key's name, or nil to name it from `base`), `permits`, `channel`,
 -- `publish`, and `finish(told)`, which makes its reply of the messages
@@ -20,7 +21,7 @@
 -- cost of a release does not grow with the line's length.
 local told = {}
 local fence_key, clock, last, fence_bad
-while true do
+while not nobody_may_go(kind, holders, permits) do
   local head = live_head(line_key, places_key, kind, now)
   if not head or not may_go(head[2], 1, holders, {}, permits) then
     break
@@ -32,7 +33,6 @@ while true do
   end
   if not fence_key then
     fence_key = fence_named or base .. ':fence'
-    local time = redis.call('TIME')
     clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
     last = typed('GET', fence_key)
     if type(last) == 'string' and string.byte(last, 1) == 43 then
@@ -51,18 +51,16 @@ while true do
   end
   -- The fencing token: the server clock in µs, raised above every live
   -- holder's and the last one the fence key keeps (written when raised).
-  local high = tonumber(clock) - 1
-  if last and tonumber(last) > high then
-    high = tonumber(last)
-  end
+  -- Compared as strings (family.lua's `above`), converted only to raise.
+  local top = last
   for _, holder in ipairs(holders) do
-    if tonumber(holder[4]) > high then
-      high = tonumber(holder[4])
+    if not top or above(holder[4], top) then
+      top = holder[4]
     end
   end
   local fence = clock
-  if high >= tonumber(clock) then
-    fence = string.format('%d', high + 1)
+  if top and not above(clock, top) then
+    fence = string.format('%d', tonumber(top) + 1)
     redis.call('SET', fence_key, fence, 'PX', life)
     last = fence
   end

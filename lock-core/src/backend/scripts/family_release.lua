@@ -48,7 +48,7 @@
 local token, kind = ARGV[1], ARGV[2]
 local base = string.sub(KEYS[1], 1, -6)
 local line_key = KEYS[2] or base .. ':line'
-local now = clock_ms()
+local now, time = clock_ms()
 local keep = tonumber(ARGV[3])
 if keep >= 0 then
   local mine = typed('HGET', KEYS[1], token)
