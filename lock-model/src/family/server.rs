@@ -154,6 +154,16 @@ pub fn may_go(
     }
 }
 
+/// family.lua's `nobody_may_go`: whoever stands first in line, nobody may
+/// go beside `holders` (all of one primitive): every permit is taken, or
+/// a writer holds.
+pub fn nobody_may_go(holders: &[Holder], permits: u8) -> bool {
+    match holders.first() {
+        Some(h) if h.kind == Kind::Permit => holders.len() >= usize::from(permits),
+        _ => holders.iter().any(|h| h.kind == Kind::Write),
+    }
+}
+
 /// family.lua's `same_family`: a permit is no share.
 pub fn same_family(a: Kind, b: Kind) -> bool {
     (a == Kind::Permit) == (b == Kind::Permit)
@@ -491,7 +501,13 @@ impl FamilyServer {
             return (FamRel::WrongType, effects);
         }
         let mut holders = self.live_holders(now);
-        while let Some(head) = self.live_head(now) {
+        // family.lua's `nobody_may_go`: every permit taken, or a writer
+        // holding, stops the handing on before the line is read (its
+        // lapsed head, if any, stays for the next reader).
+        while !nobody_may_go(&holders, permits) {
+            let Some(head) = self.live_head(now) else {
+                break;
+            };
             if !may_go(head.kind, 1, &holders, &[], permits) {
                 break;
             }
