@@ -29,16 +29,20 @@ local function live_holders(key, kind, now)
     return false
   end
   local live = {}
+  -- (same_family inlined, and each end parsed once: this loop runs for
+  -- every holder on each release and each busy ask.)
+  local permit = kind == 's'
   for i = 1, #all, 2 do
     local token, value = all[i], all[i + 1]
     local k, untl, fence = string.match(value, '^(%a)(%d+):(%d+)$')
-    if not k or not same_family(k, kind) then
+    if not k or (k == 's') ~= permit then
       return false
     end
-    if tonumber(untl) <= now then
+    untl = tonumber(untl)
+    if untl <= now then
       redis.call('HDEL', key, token)
     else
-      live[#live + 1] = {token, k, tonumber(untl), fence}
+      live[#live + 1] = {token, k, untl, fence}
     end
   end
   return live
@@ -101,8 +105,9 @@ local function live_head(line, places, kind, now)
     if (place and not k) or (k and not same_family(k, kind)) then
       return false, 1
     end
-    if k and tonumber(untl) > now then
-      return {token, k, tonumber(untl)}
+    untl = k and tonumber(untl)
+    if untl and untl > now then
+      return {token, k, untl}
     end
     redis.call('LPOP', line)
     redis.call('HDEL', places, token, '~' .. token)
