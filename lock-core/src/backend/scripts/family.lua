@@ -114,6 +114,16 @@ local function live_head(line, places, kind, now)
   end
 end
 
+-- Whether a writer is among the live `holders` of a rw lock.
+local function writer_holds(holders)
+  for _, holder in ipairs(holders) do
+    if holder[2] == 'w' then
+      return true
+    end
+  end
+  return false
+end
+
 -- Whether a waiter of `kind` at `position` (1-based; #line + 1 for one not
 -- in line) of `line` may go now, given the live `holders` and `permits`
 -- (semaphores only).
@@ -124,10 +134,8 @@ local function may_go(kind, position, holders, line, permits)
   if kind == 'w' then
     return #holders == 0 and position == 1
   end
-  for _, holder in ipairs(holders) do
-    if holder[2] == 'w' then
-      return false
-    end
+  if writer_holds(holders) then
+    return false
   end
   for i = 1, position - 1 do
     if line[i][2] == 'w' then
@@ -151,12 +159,7 @@ local function nobody_may_go(kind, holders, permits)
   if kind == 's' then
     return #holders >= permits
   end
-  for _, holder in ipairs(holders) do
-    if holder[2] == 'w' then
-      return true
-    end
-  end
-  return false
+  return writer_holds(holders)
 end
 
 -- Make the hash `key` live at least until `untl` (server ms).

@@ -78,18 +78,11 @@ end
 -- busy, reading the line's head only (live_head) and this waiter's own
 -- place (one that lapsed leaves the line: its position is lost), so that
 -- a waiter's attempt costs the same however long the line is.
-local full = false
-if kind == 's' then
-  full = #holders >= permits
-elseif kind == 'w' then
+local full
+if kind == 'w' then
   full = #holders > 0
 else
-  for _, holder in ipairs(holders) do
-    if holder[2] == 'w' then
-      full = true
-      break
-    end
-  end
+  full = nobody_may_go(kind, holders, permits)
 end
 local line, bad
 -- Whether the caller keeps a live place in line (then it is not pushed
