@@ -152,6 +152,25 @@ local function above(a, b)
   return #a > #b or (#a == #b and a > b)
 end
 
+-- The fencing token of a grant now: `clock` (the server clock in µs, a
+-- decimal string) unless `last` (the fence key's token, without its
+-- marker) or a live holder's token is as high; then one above the
+-- highest, and true: the caller writes it to the fence key, so that the
+-- next grant exceeds it (a clock that moves on exceeds a token that was
+-- the clock). Compared as strings (`above`), converted only to raise.
+local function next_fence(clock, last, holders)
+  local top = last
+  for _, holder in ipairs(holders) do
+    if not top or above(holder[4], top) then
+      top = holder[4]
+    end
+  end
+  if top and not above(clock, top) then
+    return string.format('%d', tonumber(top) + 1), true
+  end
+  return clock, false
+end
+
 -- Whether nobody in line may go now, whoever stands first: every permit
 -- of a semaphore (`kind` s) is taken, or a writer holds a rw lock. (A
 -- handing on stops here without reading the line.)

@@ -4,13 +4,11 @@
 -- names, `ttl`, `permits`, `time`, `now`, `clock`) come from
 -- family_acquire.lua.
 
--- The fencing token of a grant now: the server clock in µs, raised to one
--- above `top` (the highest token of a live holder, or nil) and above the
--- last token the fence key keeps. The key is written only when the token
--- is above the clock: then it is what the next grant must exceed (a clock
--- that moves on exceeds a token that was the clock). Returns nil, leaving
--- everything as it was, when the fence key holds something else.
-local function grant_fence(top)
+-- The fencing token of a grant now (family.lua's next_fence over the
+-- live `holders` and the fence key's last token; the key written when
+-- raised). Returns nil, leaving everything as it was, when the fence key
+-- holds something else.
+local function grant_fence(holders)
   local last = typed('GET', fence_key)
   if type(last) == 'table' then
     return nil
@@ -21,18 +19,10 @@ local function grant_fence(top)
   if last and not tonumber(last) then
     return nil
   end
-  local high = tonumber(clock) - 1
-  if last and tonumber(last) > high then
-    high = tonumber(last)
+  local fence, raised = next_fence(clock, last, holders)
+  if raised then
+    redis.call('SET', fence_key, fence, 'PX', ARGV[4])
   end
-  if top and top > high then
-    high = top
-  end
-  if high < tonumber(clock) then
-    return clock
-  end
-  local fence = string.format('%d', high + 1)
-  redis.call('SET', fence_key, fence, 'PX', ARGV[4])
   return fence
 end
 
@@ -124,13 +114,7 @@ for i, waiter in ipairs(line) do
 end
 
 if may_go(kind, position, holders, line, permits) then
-  local top
-  for _, holder in ipairs(holders) do
-    if not top or tonumber(holder[4]) > top then
-      top = tonumber(holder[4])
-    end
-  end
-  local fence = grant_fence(top)
+  local fence = grant_fence(holders)
   if not fence then
     return {-1, 2}
   end

@@ -49,18 +49,10 @@ while not nobody_may_go(kind, holders, permits) do
     told[#told + 1] = message
     break
   end
-  -- The fencing token: the server clock in µs, raised above every live
-  -- holder's and the last one the fence key keeps (written when raised).
-  -- Compared as strings (family.lua's `above`), converted only to raise.
-  local top = last
-  for _, holder in ipairs(holders) do
-    if not top or above(holder[4], top) then
-      top = holder[4]
-    end
-  end
-  local fence = clock
-  if top and not above(clock, top) then
-    fence = string.format('%d', tonumber(top) + 1)
+  -- The fencing token (family.lua's next_fence), the fence key written
+  -- when raised.
+  local fence, raised = next_fence(clock, last, holders)
+  if raised then
     redis.call('SET', fence_key, fence, 'PX', life)
     last = fence
   end
