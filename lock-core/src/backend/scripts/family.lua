@@ -8,11 +8,21 @@
 -- family_acquire.lua): what family_release.lua needs to hand the waiter
 -- its grant.
 
--- The server clock in ms, and the TIME reply it was read from (a
--- handing on makes its fencing token of it: one TIME per script).
+-- The server clock, read once per script: in ms as a number and as a
+-- decimal string (lease ends are compared as strings, see `above`), and
+-- in µs as a decimal string (a grant's fencing token, see next_fence).
 local function clock_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+  local us = string.rep('0', 6 - #t[2]) .. t[2]
+  local ms = t[1] .. string.sub(us, 1, 3)
+  return tonumber(ms), ms, t[1] .. us
+end
+
+-- Whether the decimal integer string a (a fencing token, a lease end in
+-- ms; no leading zeros) is above b: compared as strings, since every
+-- `tonumber` costs the server about 2k instructions.
+local function above(a, b)
+  return #a > #b or (#a == #b and a > b)
 end
 
 -- Whether kinds a and b belong to the same primitive (a permit is no share).
@@ -21,10 +31,13 @@ local function same_family(a, b)
 end
 
 -- The live holders of the hash `key` as a list of {token, kind, until,
--- fence}, dropping the expired ones on the way; or false, index when the key
--- (1) holds another type or a holder of another primitive than `kind`.
-local function live_holders(key, kind, now)
-  local all = typed('HGETALL', key)
+-- fence} (until and fence as decimal strings), dropping the expired ones
+-- (`now`: clock_ms's string) on the way; or false when the key
+-- holds another type or a holder of another primitive than `kind`. `all`:
+-- the key's HGETALL reply, when the caller has read it already; `skip`: a
+-- token left out (a release's own, given back by then).
+local function live_holders(key, kind, now, all, skip)
+  all = all or typed('HGETALL', key)
   if all.err then
     return false
   end
@@ -34,22 +47,24 @@ local function live_holders(key, kind, now)
   local permit = kind == 's'
   for i = 1, #all, 2 do
     local token, value = all[i], all[i + 1]
-    local k, untl, fence = string.match(value, '^(%a)(%d+):(%d+)$')
-    if not k or (k == 's') ~= permit then
-      return false
-    end
-    untl = tonumber(untl)
-    if untl <= now then
-      redis.call('HDEL', key, token)
-    else
-      live[#live + 1] = {token, k, untl, fence}
+    if token ~= skip then
+      local k, untl, fence = string.match(value, '^(%a)(%d+):(%d+)$')
+      if not k or (k == 's') ~= permit then
+        return false
+      end
+      if not above(untl, now) then
+        redis.call('HDEL', key, token)
+      else
+        live[#live + 1] = {token, k, untl, fence}
+      end
     end
   end
   return live
 end
 
 -- The live waiters of the line `line` (places in the hash `places`) as a
--- list of {token, kind, until}, dropping lapsed places on the way; or
+-- list of {token, kind, until} (until a decimal string, compared with
+-- `now`, clock_ms's string), dropping lapsed places on the way; or
 -- false, index for a key of another type (3 the line, 4 the places) or a
 -- waiter of another primitive.
 local function live_line(line, places, kind, now)
@@ -71,11 +86,11 @@ local function live_line(line, places, kind, now)
     if k and not same_family(k, kind) then
       return false, 1
     end
-    if not k or tonumber(untl) <= now then
+    if not k or not above(untl, now) then
       redis.call('LREM', line, 1, token)
       redis.call('HDEL', places, token, '~' .. token)
     else
-      live[#live + 1] = {token, k, tonumber(untl)}
+      live[#live + 1] = {token, k, untl}
     end
   end
   return live
@@ -105,8 +120,7 @@ local function live_head(line, places, kind, now)
     if (place and not k) or (k and not same_family(k, kind)) then
       return false, 1
     end
-    untl = k and tonumber(untl)
-    if untl and untl > now then
+    if k and above(untl, now) then
       return {token, k, untl}
     end
     redis.call('LPOP', line)
@@ -143,13 +157,6 @@ local function may_go(kind, position, holders, line, permits)
     end
   end
   return true
-end
-
--- Whether the decimal integer string a (a fencing token, no leading
--- zeros) is above b: compared as strings, since every `tonumber` costs
--- the server about 2k instructions.
-local function above(a, b)
-  return #a > #b or (#a == #b and a > b)
 end
 
 -- The fencing token of a grant now: `clock` (the server clock in µs, a

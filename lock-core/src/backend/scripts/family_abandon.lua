@@ -21,7 +21,7 @@
 --                             `next:` for the last
 
 local token, kind = ARGV[1], ARGV[2]
-local now, time = clock_ms()
+local now, now_ms, clock = clock_ms()
 local held = typed('HDEL', KEYS[1], token)
 if type(held) ~= 'number' then
   held = 0
@@ -39,7 +39,7 @@ end
 if held == 0 and placed == 0 then
   return 0
 end
-local holders = live_holders(KEYS[1], kind, now)
+local holders = live_holders(KEYS[1], kind, now_ms)
 if not holders then
   return held
 end

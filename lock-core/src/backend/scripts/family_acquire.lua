@@ -72,4 +72,7 @@ if redis.call('EXISTS', KEYS[1], line_key, fence_key) == 0 then
 end
 local ttl = tonumber(ARGV[3])
 local permits = tonumber(ARGV[6])
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- The clock in ms, as a decimal string (lease ends are compared as
+-- strings, family.lua's `above`) and as a number.
+local now_ms = string.sub(clock, 1, -4)
+local now = tonumber(now_ms)

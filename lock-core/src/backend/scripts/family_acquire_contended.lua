@@ -1,7 +1,7 @@
 -- The rest of family_acquire.lua (see its comment for KEYS, ARGV and
 -- replies), run after typed.lua and family.lua: reached when the key, its
 -- line or its fence exists. Its locals (`token`, `kind`, `base`, the key
--- names, `ttl`, `permits`, `time`, `now`, `clock`) come from
+-- names, `ttl`, `permits`, `time`, `now`, `now_ms`, `clock`) come from
 -- family_acquire.lua.
 
 -- The fencing token of a grant now (family.lua's next_fence over the
@@ -32,7 +32,7 @@ local places_key = KEYS[4] or base .. ':places'
 local channel = (ARGV[7] ~= '' and ARGV[7]) or base .. ':released'
 local publish = (ARGV[8] ~= '' and ARGV[8]) or 'PUBLISH'
 
-local holders = live_holders(KEYS[1], kind, now)
+local holders = live_holders(KEYS[1], kind, now_ms)
 if not holders then
   -- A plain lock's key while this primitive's waiters stand in its line
   -- (the caller, or whoever is first): a fast plain acquisition's SET of a
@@ -87,19 +87,19 @@ if full then
   if own and (not k or not same_family(k, kind)) then
     return {-1, 1}
   end
-  placed = k and tonumber(untl) > now
+  placed = k and above(untl, now_ms)
   if k and not placed then
     redis.call('LREM', line_key, 1, token)
     redis.call('HDEL', places_key, token, '~' .. token)
   end
   local head
-  head, bad = live_head(line_key, places_key, kind, now)
+  head, bad = live_head(line_key, places_key, kind, now_ms)
   if head == false then
     return {-1, bad}
   end
   line = {head}
 else
-  line, bad = live_line(line_key, places_key, kind, now)
+  line, bad = live_line(line_key, places_key, kind, now_ms)
   if not line then
     return {-1, bad}
   end
@@ -136,18 +136,19 @@ end
 
 -- Not now: sleep until the first lease ends or the first place in line
 -- lapses, whichever is sooner.
-local wake = -1
+-- (Lease ends and places' ends are decimal strings, compared as such.)
+local wake
 for _, holder in ipairs(holders) do
-  if wake < 0 or holder[3] < wake then
+  if not wake or above(wake, holder[3]) then
     wake = holder[3]
   end
 end
-if line[1] and line[1][1] ~= token and (wake < 0 or line[1][3] < wake) then
+if line[1] and line[1][1] ~= token and (not wake or above(wake, line[1][3])) then
   wake = line[1][3]
 end
 local sleep = -1
-if wake >= 0 then
-  sleep = wake - now
+if wake then
+  sleep = tonumber(wake) - now
 end
 local grace = tonumber(ARGV[5])
 if grace > 0 then
@@ -165,16 +166,15 @@ if grace > 0 then
   -- client's watchdog extends a longer one), so that a grant handed to
   -- a waiter that died holds the others up no longer than its place.
   -- Written with the place, in one HSET.
-  -- (Its numbers as they were sent, and `now` as the clock's µs less
-  -- three digits: a number made a string costs the server about 5k
-  -- instructions.)
+  -- (Its numbers as they were sent, and `now` as its string: a number
+  -- made a string costs the server about 5k instructions.)
   if ARGV[10] then
     local lease = ARGV[3]
     if life and ttl > life then
       lease = ARGV[9]
     end
     redis.call('HSET', places_key, token, kind .. (now + place),
-      '~' .. token, lease .. ':' .. ARGV[4] .. ':' .. string.sub(clock, 1, -4) .. ':' .. ARGV[10])
+      '~' .. token, lease .. ':' .. ARGV[4] .. ':' .. now_ms .. ':' .. ARGV[10])
   else
     redis.call('HSET', places_key, token, kind .. (now + place))
   end

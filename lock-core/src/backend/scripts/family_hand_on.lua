@@ -10,8 +10,8 @@
 -- `next:<token>` and the handing on stops there (it looks itself).
 --
 -- The script before it defines: `holders` (family.lua's live_holders of
--- the key, read by it), `kind`, `now` and `time` (family.lua's clock_ms:
--- the fencing tokens are made of the same TIME reply), `base` (the
+-- the key, read by it), `kind`, `now`, `now_ms` and `clock` (family.lua's
+-- clock_ms: the fencing tokens are made of the same TIME reply), `base` (the
 -- lock key less ':lock'), `line_key`, `places_key`, `fence_named` (the
 -- fence key's name, or nil to name it from `base`), `permits`, `channel`,
 -- `publish`, and `finish(told)`, which makes its reply of the messages
@@ -20,9 +20,9 @@
 -- The line is walked from its head only (family.lua's live_head): the
 -- cost of a release does not grow with the line's length.
 local told = {}
-local fence_key, clock, last, fence_bad
+local fence_key, last, fence_bad
 while not nobody_may_go(kind, holders, permits) do
-  local head = live_head(line_key, places_key, kind, now)
+  local head = live_head(line_key, places_key, kind, now_ms)
   if not head or not may_go(head[2], 1, holders, {}, permits) then
     break
   end
@@ -33,7 +33,6 @@ while not nobody_may_go(kind, holders, permits) do
   end
   if not fence_key then
     fence_key = fence_named or base .. ':fence'
-    clock = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
     last = typed('GET', fence_key)
     if type(last) == 'string' and string.byte(last, 1) == 43 then
       last = string.sub(last, 2)

@@ -24,8 +24,9 @@
 -- from KEYS[1] (`…:lock` → `…:line`, `…:places`, `…:fence`,
 -- `…:released`), announced with PUBLISH.
 --
--- Nobody else holds it and nobody waits (after the HDEL neither KEYS[1]
--- nor the line exists): TIME, HGET, HDEL and EXISTS, nothing more.
+-- Nobody else holds it and nobody waits (the caller was the hash's only
+-- field, and the line does not exist): TIME, HGETALL, HDEL and EXISTS,
+-- nothing more.
 --
 -- Handing on: each waiter that may go, first in line first, whose place
 -- carries what a grant needs (its '~' field), becomes a holder here, with
@@ -48,15 +49,25 @@
 local token, kind = ARGV[1], ARGV[2]
 local base = string.sub(KEYS[1], 1, -6)
 local line_key = KEYS[2] or base .. ':line'
-local now, time = clock_ms()
+local now, now_ms, clock = clock_ms()
 local keep = tonumber(ARGV[3])
+-- The caller's own holder, from one HGETALL that the handing on reads
+-- the others from too (a contended release reads the hash once).
+local all
 if keep >= 0 then
-  local mine = typed('HGET', KEYS[1], token)
-  if type(mine) == 'table' then
+  all = typed('HGETALL', KEYS[1])
+  if all.err then
     return -1
   end
+  local mine
+  for i = 1, #all, 2 do
+    if all[i] == token then
+      mine = all[i + 1]
+      break
+    end
+  end
   local k, untl, fence = string.match(mine or '', '^(%a)(%d+):(%d+)$')
-  if not k or tonumber(untl) <= now then
+  if not k or not above(untl, now_ms) then
     return 0
   end
   if keep > 0 then
@@ -65,17 +76,17 @@ if keep >= 0 then
     return 1
   end
   redis.call('HDEL', KEYS[1], token)
-  -- Nobody else holds it (an emptied hash is no key) and nobody waits: done.
-  if redis.call('EXISTS', KEYS[1], line_key) == 0 then
+  -- Nobody else held it (the hash is gone with its last field) and nobody
+  -- waits: done.
+  if #all == 2 and redis.call('EXISTS', line_key) == 0 then
     return 1
   end
 end
-local holders = live_holders(KEYS[1], kind, now)
+-- (Read here only in the wake mode, after a native HDEL. With no live
+-- holder left, every field is gone, and the emptied hash with them.)
+local holders = live_holders(KEYS[1], kind, now_ms, all, all and token)
 if not holders then
   return -1
-end
-if #holders == 0 then
-  redis.call('DEL', KEYS[1])
 end
 -- Named only now: building a name costs the server time on every call.
 local places_key = KEYS[3] or base .. ':places'
