@@ -60,6 +60,48 @@ async fn a_free_grant_honours_a_fence_key_ahead_of_the_clock() {
     three.release().await.unwrap();
 }
 
+/// A full semaphore's busy reply does not read its line, so a line key of
+/// another type is met when the waiter joins it: reported as `WrongType`
+/// naming that key, with no place written and the holder untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_of_another_type_is_reported_to_a_waiter_of_a_full_key() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let held = client
+        .semaphore("bad-line", 1)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    server.cmd(&["SET", "leasehold:{bad-line}:line", "not a list"]);
+    let waiting = client
+        .semaphore("bad-line", 1)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    match waiting {
+        Err(LockError::WrongType { key, redis_key }) => {
+            assert_eq!(key, "bad-line");
+            assert_eq!(redis_key, "leasehold:{bad-line}:line");
+        }
+        other => panic!("expected WrongType for the line, got {other:?}"),
+    }
+    assert_eq!(
+        server.cmd(&["EXISTS", "leasehold:{bad-line}:places"]),
+        redis::Value::Int(0),
+        "no place written"
+    );
+    assert_eq!(
+        server.cmd(&["GET", "leasehold:{bad-line}:line"]),
+        redis::Value::BulkString(b"not a list".to_vec())
+    );
+    assert_eq!(
+        server.cmd(&["HLEN", "leasehold:{bad-line}:lock"]),
+        redis::Value::Int(1)
+    );
+    held.release().await.unwrap();
+}
+
 /// A waiter whose acquisition is dropped leaves the line at once, and the
 /// holder's later release names nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

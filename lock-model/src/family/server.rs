@@ -342,9 +342,12 @@ impl FamilyServer {
             self.outlive_holders(now + LEASE);
             return (FamAcq::Granted(fence), effects);
         }
-        // Nobody may go whatever the line holds: busy, reading the line's
-        // head only (`live_head`) and the caller's own place (lapsed, it
-        // leaves the line and its position).
+        // Nobody may go whatever the line holds: busy, reading only the
+        // caller's own place (lapsed, it leaves the line and its
+        // position), not the line: until a holder leaves nobody in line
+        // may go, so the line's head changes neither the answer nor the
+        // wake-up (the first lease's end). A lapsed head stays for the
+        // next reader.
         let full = match kind {
             Kind::Permit => holders.len() >= usize::from(permits),
             Kind::Write => !holders.is_empty(),
@@ -355,9 +358,8 @@ impl FamilyServer {
                 self.lrem(token);
                 self.hdel_place(token);
             }
-            let head = self.live_head(now);
             self.tidy();
-            head.into_iter().collect()
+            Vec::new()
         } else {
             self.live_line(now)
         };

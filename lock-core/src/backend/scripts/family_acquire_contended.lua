@@ -65,9 +65,13 @@ for _, holder in ipairs(holders) do
 end
 -- Nobody may go now whatever the line holds (every permit taken, a
 -- writer holding against a reader, anyone holding against a writer):
--- busy, reading the line's head only (live_head) and this waiter's own
--- place (one that lapsed leaves the line: its position is lost), so that
--- a waiter's attempt costs the same however long the line is.
+-- busy, reading only this waiter's own place (one that lapsed leaves the
+-- line: its position is lost), not the line. Until a holder leaves,
+-- nobody in line may go: its head changes neither the answer nor the
+-- wake-up (the first lease's end), and a lapsed head is left for the
+-- next reader. A waiter's attempt costs the same however long the line
+-- is. (The line holds only this primitive's waiters while it has live
+-- holders: each joined behind them, or was checked on joining.)
 local full
 if kind == 'w' then
   full = #holders > 0
@@ -92,12 +96,7 @@ if full then
     redis.call('LREM', line_key, 1, token)
     redis.call('HDEL', places_key, token, '~' .. token)
   end
-  local head
-  head, bad = live_head(line_key, places_key, kind, now_ms)
-  if head == false then
-    return {-1, bad}
-  end
-  line = {head}
+  line = {}
 else
   line, bad = live_line(line_key, places_key, kind, now_ms)
   if not line then
@@ -168,6 +167,11 @@ if grace > 0 then
   -- Written with the place, in one HSET.
   -- (Its numbers as they were sent, and `now` as its string: a number
   -- made a string costs the server about 5k instructions.)
+  -- Pushed first: a line of another type (which a full key's busy reply
+  -- does not read) is reported before anything is written.
+  if not placed and type(typed('RPUSH', line_key, token)) == 'table' then
+    return {-1, 3}
+  end
   if ARGV[10] then
     local lease = ARGV[3]
     if life and ttl > life then
@@ -177,9 +181,6 @@ if grace > 0 then
       '~' .. token, lease .. ':' .. ARGV[4] .. ':' .. now_ms .. ':' .. ARGV[10])
   else
     redis.call('HSET', places_key, token, kind .. (now + place))
-  end
-  if not placed then
-    redis.call('RPUSH', line_key, token)
   end
   outlive(line_key, now, now + keep)
   outlive(places_key, now, now + keep)
