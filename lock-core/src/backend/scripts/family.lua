@@ -68,7 +68,7 @@ end
 -- false, index for a key of another type (3 the line, 4 the places) or a
 -- waiter of another primitive.
 local function live_line(line, places, kind, now)
-  local tokens = typed('LRANGE', line, 0, -1)
+  local tokens = typed('LRANGE', line, '0', '-1')
   if tokens.err then
     return false, 3
   end
@@ -87,7 +87,7 @@ local function live_line(line, places, kind, now)
       return false, 1
     end
     if not k or not above(untl, now) then
-      redis.call('LREM', line, 1, token)
+      redis.call('LREM', line, '1', token)
       redis.call('HDEL', places, token, '~' .. token)
     else
       live[#live + 1] = {token, k, untl}
@@ -96,32 +96,34 @@ local function live_line(line, places, kind, now)
   return live
 end
 
--- The first live waiter in line (a release's handing on, and a waiter
--- that may not go whatever the line holds, need no more): {token, kind,
--- until}, dropping (LREM, HDEL) the lapsed or missing places before it as
--- live_line does; nil when nobody lives in line; false and live_line's
--- code when the line or a place holds another type, or the head is of
--- another kind. It reads the line from its head only: the cost does not
--- grow with the line's length (live_line reads every place).
+-- The first live waiter in line, for a release's handing on: {token,
+-- kind, until, record}, where record is its '~' field (what a grant
+-- needs) or nil, read with its place in one HMGET; dropping (LPOP, HDEL)
+-- the lapsed or missing places before it as live_line does; nil when
+-- nobody lives in line; false and live_line's code when the line or a
+-- place holds another type, or the head is of another kind. It reads the
+-- line from its head only: the cost does not grow with the line's length
+-- (live_line reads every place).
 local function live_head(line, places, kind, now)
   while true do
-    local token = typed('LINDEX', line, 0)
+    local token = typed('LINDEX', line, '0')
     if type(token) == 'table' then
       return false, 3
     end
     if not token then
       return nil
     end
-    local place = typed('HGET', places, token)
-    if type(place) == 'table' then
+    local read = typed('HMGET', places, token, '~' .. token)
+    if read.err then
       return false, 4
     end
+    local place = read[1]
     local k, untl = string.match(place or '', '^(%a)(%d+)$')
     if (place and not k) or (k and not same_family(k, kind)) then
       return false, 1
     end
     if k and above(untl, now) then
-      return {token, k, untl}
+      return {token, k, untl, read[2]}
     end
     redis.call('LPOP', line)
     redis.call('HDEL', places, token, '~' .. token)

@@ -34,7 +34,7 @@ if type(placed) ~= 'number' then
   placed = 0
 end
 if placed == 1 then
-  redis.call('LREM', KEYS[2], 1, token)
+  redis.call('LREM', KEYS[2], '1', token)
 end
 if held == 0 and placed == 0 then
   return 0

@@ -93,7 +93,7 @@ if full then
   end
   placed = k and above(untl, now_ms)
   if k and not placed then
-    redis.call('LREM', line_key, 1, token)
+    redis.call('LREM', line_key, '1', token)
     redis.call('HDEL', places_key, token, '~' .. token)
   end
   line = {}
@@ -120,7 +120,7 @@ if may_go(kind, position, holders, line, permits) then
   redis.call('HSET', KEYS[1], token, kind .. (now + ttl) .. ':' .. fence)
   outlive(KEYS[1], now, now + ttl)
   if position <= #line then
-    redis.call('LREM', line_key, 1, token)
+    redis.call('LREM', line_key, '1', token)
     redis.call('HDEL', places_key, token, '~' .. token)
     table.remove(line, position)
   end

@@ -26,7 +26,7 @@ while not nobody_may_go(kind, holders, permits) do
   if not head or not may_go(head[2], 1, holders, {}, permits) then
     break
   end
-  local record = typed('HGET', places_key, '~' .. head[1])
+  local record = head[4]
   local lease, life, seen, attempt
   if type(record) == 'string' then
     lease, life, seen, attempt = string.match(record, '^(%d+):(%d+):(%d+):(%d+)$')
