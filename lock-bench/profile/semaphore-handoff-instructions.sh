@@ -27,9 +27,12 @@ until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.3; done
 acquire=$(redis-cli -p "$port" script load "$(cat "$dir/acquire.lua")")
 release=$(redis-cli -p "$port" script load "$(cat "$dir/release.lua")")
 key='leasehold:{sem}:lock'
-# token, kind, lease, fence life, grace, permits, (channel, publish), place life, attempt
-ask() { echo "EVALSHA $acquire 1 $key t$1 s 60000 60000 1000 4 '' '' 60000 $2"; }
-give() { echo "EVALSHA $release 1 $key t$1 s 0 4"; }
+# token, kind, lease, fence life, grace, permits, (channel, publish), place life,
+# attempt, the client's wake-ups' name (one client, as in S9: the release's
+# own reply tells the waiter, no PUBLISH)
+here=0123456789abcdef
+ask() { echo "EVALSHA $acquire 1 $key t$1 s 60000 60000 1000 4 '' '' 60000 $2 $here"; }
+give() { echo "EVALSHA $release 1 $key t$1 s 0 4 $here"; }
 {
   for t in 0 1 2 3 4 5 6 7; do ask "$t" 1; done
   for i in $(seq 0 $((n - 1))); do

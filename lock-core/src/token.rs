@@ -37,6 +37,18 @@ pub(crate) fn owner_token(name: &str) -> Result<Arc<str>, LockError> {
     }
 }
 
+/// A name for this client's wake-ups, as 16 hex characters (64 random
+/// bits): a waiter's place carries it, and a release sent by the same
+/// client hands that waiter its grant through its own reply, without
+/// `PUBLISH` (see `family_hand_on.lua`). `None` when the operating
+/// system's random generator fails: every grant is then published.
+pub(crate) fn wakeups_name() -> Option<Arc<str>> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    let digits = hex(&bytes);
+    std::str::from_utf8(digits.get(..16)?).ok().map(Arc::from)
+}
+
 /// `bytes` as lowercase hex digits.
 fn hex(bytes: &[u8; 16]) -> [u8; 32] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -67,6 +79,12 @@ mod tests {
         let mut bytes = [0u8; 16];
         bytes[..3].copy_from_slice(&[0x00, 0xff, 0x1a]);
         assert!(hex(&bytes).starts_with(b"00ff1a"));
+        let (one, two) = (wakeups_name(), wakeups_name());
+        assert!(
+            one.as_deref()
+                .is_some_and(|n| n.len() == 16 && n.bytes().all(|c| c.is_ascii_hexdigit()))
+        );
+        assert_ne!(one, two);
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::fixture::{commands_logged, evalsha_of, log_every_command};
 use crate::semantics::until_in_line;
-use crate::support::RedisServer;
+use crate::support::{FaultProxy, ProxyMode, RedisServer};
 
 /// At most a place's life: such a lease is taken as handed, without another
 /// attempt.
@@ -67,12 +67,16 @@ async fn grants(server: &RedisServer, key: &str, n: usize) -> JoinHandle<Vec<u64
 /// A writer's release hands the lock to every reader in line up to the
 /// next writer, in line order, each with its own fence, in the release's
 /// own script; that writer is handed it when the last of them gives back,
-/// and the reader behind it when the writer does.
+/// and the reader behind it when the writer does. (Each is another
+/// client's waiter than the releaser's, so each grant is published; one
+/// of the same client's is told by the release's reply, see
+/// `a_permit_handed_within_one_client_is_told_by_the_reply`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writers_release_admits_every_reader_up_to_the_next_writer() {
     let server = RedisServer::start();
     let holder = LockClient::connect(&server.url()).await.unwrap();
     let others = LockClient::connect(&server.url()).await.unwrap();
+    let third = LockClient::connect(&server.url()).await.unwrap();
     let rw = others.rw_lock("doc");
     let writer = holder
         .rw_lock("doc")
@@ -85,7 +89,7 @@ async fn a_writers_release_admits_every_reader_up_to_the_next_writer() {
     until_in_line(&holder, "doc", 1).await;
     let r2 = spawn_waiter(rw.read().ttl(SHORT));
     until_in_line(&holder, "doc", 2).await;
-    let w2 = spawn_waiter(rw.write().ttl(SHORT));
+    let w2 = spawn_waiter(third.rw_lock("doc").write().ttl(SHORT));
     until_in_line(&holder, "doc", 3).await;
     let r3 = spawn_waiter(rw.read().ttl(SHORT));
     until_in_line(&holder, "doc", 4).await;
@@ -313,4 +317,90 @@ async fn a_waiter_whose_client_already_listens_sends_one_attempt() {
     let first = first.await.unwrap();
     first.release().await.unwrap();
     second.await.unwrap().release().await.unwrap();
+}
+
+/// A permit given back to a waiter of the releaser's own client is handed
+/// over by the release's script and told by its reply, announced to that
+/// client's waiters: no `PUBLISH` (the client already heard it), and the
+/// waiter holds without another attempt. A waiter of another client is
+/// still told by `PUBLISH`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_handed_within_one_client_is_told_by_the_reply() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let held = client
+        .semaphore("own", 1)
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let mine = spawn_waiter(client.semaphore("own", 1).ttl(SHORT));
+    until_in_line(&client, "own", 1).await;
+    let theirs = spawn_waiter(other.semaphore("own", 1).ttl(SHORT));
+    until_in_line(&client, "own", 2).await;
+    // Both waiters' looks after subscribing are done (keep-alives are
+    // another script, not counted).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    let published = server.command_calls("publish");
+    log_every_command(&server);
+    let last = held.fencing_token();
+    held.release().await.unwrap();
+    let mine = mine.await.unwrap();
+    assert!(mine.fencing_token() > last);
+    assert_eq!(
+        server.command_calls("publish"),
+        published,
+        "a grant to the releaser's own client's waiter is not published"
+    );
+    assert_eq!(
+        evalsha_of(
+            &commands_logged(&server),
+            leasehold::__private::FAMILY_ACQUIRE_SOURCE,
+        ),
+        0,
+        "the waiter handed its permit does not ask again"
+    );
+
+    // Across clients: published, as before.
+    mine.release().await.unwrap();
+    let theirs = theirs.await.unwrap();
+    assert_eq!(server.command_calls("publish"), published + 1);
+    theirs.release().await.unwrap();
+}
+
+/// A release whose reply is lost after it handed the permit to a waiter of
+/// the same client (a grant only that reply told): the resend reports the
+/// release (SPEC 15), and the waiter still holds the permit, as its own,
+/// long before the holder's lease would have ended (its wait is shorter
+/// than that lease: only a wake-up or a look of its own ends it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_release_reply_still_reaches_the_clients_own_waiter() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = LockClient::connect(&proxy.url()).await.unwrap();
+    let held = client
+        .semaphore("lost", 1)
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(client.semaphore("lost", 1).ttl(SHORT));
+    until_in_line(&client, "lost", 1).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let last = held.fencing_token();
+    proxy.set_mode(ProxyMode::LoseNextReply);
+    held.release()
+        .await
+        .expect("the resend reports the release");
+    let mine = waiter.await.unwrap();
+    assert_eq!(proxy.mode(), ProxyMode::Pass, "a reply was lost");
+    assert!(mine.fencing_token() > last);
+    assert!(mine.is_held());
+    mine.release().await.unwrap();
+    assert_eq!(
+        server.cmd(&["EXISTS", "leasehold:{lost}:lock"]),
+        redis::Value::Int(0)
+    );
 }

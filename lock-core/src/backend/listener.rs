@@ -14,6 +14,7 @@ use super::BoxFuture;
 use super::connect::backend_error;
 use super::wakeups::{Announcement, Wakeups};
 use crate::error::LockError;
+use crate::token::wakeups_name;
 
 /// A connection that can (un)subscribe to release channels and delivers
 /// messages to a push sender: plain pub/sub on one server, sharded pub/sub
@@ -37,6 +38,11 @@ impl PubSubConnection for redis::aio::ConnectionManager {
 /// its listener task, started on the first wait.
 pub(crate) struct Listener {
     pub(crate) wakeups: Arc<Wakeups>,
+    /// The name of `wakeups` sent with this client's family places and
+    /// releases ([`wakeups_name`]): a release handing a permit to a waiter
+    /// of the same name tells it through its own reply, announced here,
+    /// instead of `PUBLISH`.
+    pub(crate) here: Option<Arc<str>>,
     task: OnceCell<Running>,
     /// Per channel, how many `listen` calls ended (failed or dropped)
     /// before their subscription was asked of the task: their `unlisten`
@@ -48,6 +54,7 @@ impl Listener {
     pub(crate) fn new(wakeups: Arc<Wakeups>) -> Listener {
         Listener {
             wakeups,
+            here: wakeups_name(),
             task: OnceCell::new(),
             owed: Mutex::default(),
         }

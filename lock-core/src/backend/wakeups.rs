@@ -191,7 +191,6 @@ impl Wakeups {
     }
 
     /// Wake the first waiter of `channel`: a release may have gone unheard.
-    #[cfg(feature = "cluster")]
     pub(crate) fn wake_first(&self, channel: &str) {
         self.wake_observers(channel);
         if let Some(entry) = self.channels().get(channel) {

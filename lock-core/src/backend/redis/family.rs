@@ -52,7 +52,8 @@ impl<T: Topology> RedisBackend<T> {
             sent_us,
             life,
         };
-        scripts::family_acquire(con, keys, token, ttl, placed, publish, one_server).await
+        let here = self.listener.here.as_deref();
+        scripts::family_acquire(con, keys, token, ttl, placed, here, publish, one_server).await
     }
 
     /// Give back a permit or a rw-lock side, handing it on to those in line
@@ -68,8 +69,12 @@ impl<T: Topology> RedisBackend<T> {
         let native = self.gate.offered().fast_path()
             && Instant::now() < deadline
             && !self.listener.wakeups.has_waiters(keys.channel());
+        let here = self.listener.here.as_deref();
         let send = |mut con: T::Conn| async move {
-            scripts::family_release(&mut con, keys, token, keep, publish, one_server, native).await
+            scripts::family_release(
+                &mut con, keys, token, keep, here, publish, one_server, native,
+            )
+            .await
         };
         let released = match send(self.topology.connection()).await {
             Err(e) if e.connection_broke() => {
@@ -82,17 +87,25 @@ impl<T: Topology> RedisBackend<T> {
                 released.owned = self
                     .resent_outcome(keys, token, released.owned, granted_at, deadline)
                     .await;
+                // The first try may have handed a permit to a waiter of
+                // this client, told only by the reply that was lost (a
+                // grant to this client's own waiter is not published):
+                // the first of them looks again now.
+                self.listener.wakeups.wake_first(keys.channel());
                 released
             }
             other => other.map_err(|e| e.into_lock_error(&self.server, keys))?,
         };
         if released.owned == Owned::Yes {
             self.gate.survived(keys.key());
-            for told in &released.told {
-                self.listener
-                    .wakeups
-                    .announce(keys.channel(), Announcement::parse(told));
-            }
+        }
+        // This client's own waiters hear at once; a grant handed to one of
+        // them was not published (its place carries `here`). (The wake
+        // mode after a native HDEL that found nothing may still hand on.)
+        for told in &released.told {
+            self.listener
+                .wakeups
+                .announce(keys.channel(), Announcement::parse(told));
         }
         Ok(released.owned)
     }

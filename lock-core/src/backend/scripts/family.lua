@@ -4,9 +4,9 @@
 -- A holder's value is `<kind><until>:<fence>`, a waiter's place
 -- `<kind><until>`; kind is s (permit), r (read share) or w (writer).
 -- Beside a waiter's place, '~' .. token -> '<lease ms>:<fence life
--- ms>:<server ms of its last attempt>:<that attempt's name>' (written by
--- family_acquire.lua): what family_release.lua needs to hand the waiter
--- its grant.
+-- ms>:<server ms of its last attempt>:<that attempt's name>[:<its
+-- client's wake-ups' name>]' (written by family_acquire.lua): what
+-- family_release.lua needs to hand the waiter its grant.
 
 -- The server clock, read once per script: in ms as a number and as a
 -- decimal string (lease ends are compared as strings, see `above`), and

@@ -21,7 +21,9 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// reply never came got, and its place in line, handing the permit or side
 /// on to those in line that may go now (as a release does). Returns whether
 /// it held a permit or side, and the messages published to those told (a
-/// grant, or `next:` for one only woken), in line order.
+/// grant, or `next:` for one only woken), in line order. (Every grant is
+/// published: an abandon's reply, resent after a lost one, cannot tell
+/// what the first try handed on.)
 pub(crate) async fn family_abandon<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,

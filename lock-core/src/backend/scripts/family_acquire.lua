@@ -24,6 +24,10 @@
 --          writes the place's '~' field (family.lua), so that a release
 --          may hand this waiter its grant (family_release.lua); without
 --          it, the place is only woken (`next:<token>`)
+-- ARGV[11] (optional, after ARGV[10]) the name of the caller's client's
+--          wake-ups (hex digits), written as the '~' field's fifth part: a
+--          release sent by that client hands this waiter its grant through
+--          its own reply, without PUBLISH (family_hand_on.lua)
 --
 -- Compact form, one server only (not Cluster), the common case: KEYS[1]
 -- and ARGV[1..6] alone; the fence key, the line, the places and the

@@ -31,13 +31,18 @@ pub(super) static SCRIPT: Lua = Lua::new(|| redis::Script::new(SOURCE));
 /// cheaper for Redis to pass). In line, the place carries `placed.sent_us`
 /// (this attempt's name, see [`Attempt`](crate::backend::Attempt); 0 for
 /// none), so that a release may hand the waiter its grant, and lives
-/// `placed.life` unless its client keeps it.
+/// `placed.life` unless its client keeps it. With `here` (the name of the
+/// client's wake-ups, see [`Listener`](crate::backend::listener::Listener)),
+/// the place carries it too: a release sent by the same client then tells
+/// this waiter its grant through its own reply, without `PUBLISH`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn family_acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
     placed: super::Placed,
+    here: Option<&str>,
     publish: &str,
     one_server: bool,
 ) -> Result<Acquired, ScriptError> {
@@ -66,6 +71,9 @@ pub(crate) async fn family_acquire<C: ConnectionLike>(
     if in_line {
         cmd.arg(millis(placed.life))
             .arg(placed.sent_us.unwrap_or(0));
+        if let (Some(_), Some(here)) = (placed.sent_us, here) {
+            cmd.arg(here);
+        }
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -177,8 +177,11 @@ if grace > 0 then
     if life and ttl > life then
       lease = ARGV[9]
     end
-    redis.call('HSET', places_key, token, kind .. (now + place),
-      '~' .. token, lease .. ':' .. ARGV[4] .. ':' .. now_ms .. ':' .. ARGV[10])
+    local record = lease .. ':' .. ARGV[4] .. ':' .. now_ms .. ':' .. ARGV[10]
+    if ARGV[11] then
+      record = record .. ':' .. ARGV[11]
+    end
+    redis.call('HSET', places_key, token, kind .. (now + place), '~' .. token, record)
   else
     redis.call('HSET', places_key, token, kind .. (now + place))
   end

@@ -14,8 +14,10 @@
 -- clock_ms: the fencing tokens are made of the same TIME reply), `base` (the
 -- lock key less ':lock'), `line_key`, `places_key`, `fence_named` (the
 -- fence key's name, or nil to name it from `base`), `permits`, `channel`,
--- `publish`, and `finish(told)`, which makes its reply of the messages
--- published.
+-- `publish`, `here` (the name of the caller's client's wake-ups, or nil:
+-- a grant to a waiter whose place carries it is not published, as the
+-- caller announces its reply to its own waiters), and `finish(told)`,
+-- which makes its reply of the messages told.
 
 -- The line is walked from its head only (family.lua's live_head): the
 -- cost of a release does not grow with the line's length.
@@ -27,9 +29,9 @@ while not nobody_may_go(kind, holders, permits) do
     break
   end
   local record = head[4]
-  local lease, life, seen, attempt
+  local lease, life, seen, attempt, heard
   if type(record) == 'string' then
-    lease, life, seen, attempt = string.match(record, '^(%d+):(%d+):(%d+):(%d+)$')
+    lease, life, seen, attempt, heard = string.match(record, '^(%d+):(%d+):(%d+):(%d+):?(%x*)$')
   end
   if not fence_key then
     fence_key = fence_named or base .. ':fence'
@@ -62,7 +64,11 @@ while not nobody_may_go(kind, holders, permits) do
   redis.call('HDEL', places_key, head[1], '~' .. head[1])
   holders[#holders + 1] = {head[1], head[2], untl, fence}
   local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
-  redis.call(publish, channel, message)
+  -- A waiter of the caller's own client (its place carries the caller's
+  -- `here`) hears its grant from the caller's reply: not published.
+  if heard == '' or heard ~= here then
+    redis.call(publish, channel, message)
+  end
   told[#told + 1] = message
 end
 return finish(told)

@@ -18,11 +18,16 @@
 -- ARGV[4]  the permits of a semaphore (ignored for the rw lock)
 -- ARGV[5]  the release channel (same hash tag)
 -- ARGV[6]  the publish command: PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[7]  (optional) the name of the caller's client's wake-ups: a grant
+--          handed to a waiter whose place carries the same name (its '~'
+--          field's fifth part) is not published, only returned: the
+--          caller announces its reply to its own waiters
 --
 -- Compact form, one server only (not Cluster): KEYS[1] and ARGV[1..4]
--- alone; the line, the places, the fence key and the channel are named
--- from KEYS[1] (`…:lock` → `…:line`, `…:places`, `…:fence`,
--- `…:released`), announced with PUBLISH.
+-- alone, and ARGV[5] the optional name (ARGV[7] above); the line, the
+-- places, the fence key and the channel are named from KEYS[1] (`…:lock`
+-- → `…:line`, `…:places`, `…:fence`, `…:released`), announced with
+-- PUBLISH.
 --
 -- Nobody else holds it and nobody waits (the caller was the hash's only
 -- field, and the line does not exist): TIME, HGETALL, HDEL and EXISTS,
@@ -91,9 +96,10 @@ end
 -- Named only now: building a name costs the server time on every call.
 local places_key = KEYS[3] or base .. ':places'
 local permits = tonumber(ARGV[4])
-local channel = ARGV[5] or base .. ':released'
-local publish = ARGV[6] or 'PUBLISH'
+local channel = KEYS[2] and ARGV[5] or base .. ':released'
+local publish = KEYS[2] and ARGV[6] or 'PUBLISH'
 local fence_named = KEYS[4]
+local here = ARGV[KEYS[2] and 7 or 5]
 -- The reply once family_hand_on.lua has handed on (after this, in the
 -- same script): the messages, or 1 when nobody in line may go yet.
 local function finish(told)

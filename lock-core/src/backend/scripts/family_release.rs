@@ -37,12 +37,17 @@ pub(crate) struct FamilyReleased {
 /// compact form, where the script names the line and the channel itself;
 /// there, with `native` (plain commands may stand in, and the lease is
 /// still valid on its holder's clock) and no keep, it gives the permit
-/// back without the script ([`family_release_native`]).
+/// back without the script ([`family_release_native`]). With `here` (the
+/// name of this client's wake-ups), a grant handed to a waiter whose place
+/// carries the same name is not published: the caller announces the reply's
+/// messages to its own wake-ups.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn family_release<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
     keep: Duration,
+    here: Option<&str>,
     publish: &str,
     one_server: bool,
     native: bool,
@@ -51,7 +56,7 @@ pub(crate) async fn family_release<C: ConnectionLike>(
     if native
         && compact
         && keep.is_zero()
-        && let Some(released) = family_release_native(con, keys, token).await?
+        && let Some(released) = family_release_native(con, keys, token, here).await?
     {
         return Ok(released);
     }
@@ -70,6 +75,9 @@ pub(crate) async fn family_release<C: ConnectionLike>(
         .arg(keys.kind.permits());
     if !compact {
         cmd.arg(keys.channel()).arg(publish);
+    }
+    if let Some(here) = here {
+        cmd.arg(here);
     }
     decode(invoke(&SCRIPT, &cmd, con).await?)
 }
@@ -91,6 +99,7 @@ async fn family_release_native<C: ConnectionLike>(
     con: &mut C,
     keys: &LockKeys,
     token: &str,
+    here: Option<&str>,
 ) -> Result<Option<FamilyReleased>, ScriptError> {
     let lock = keys.lock();
     let mut remove = redis::Cmd::with_capacity(3, 8 + lock.len() + token.len());
@@ -124,6 +133,9 @@ async fn family_release_native<C: ConnectionLike>(
         .arg(letter)
         .arg(-1)
         .arg(keys.kind.permits());
+    if let Some(here) = here {
+        cmd.arg(here);
+    }
     let woken = decode(invoke(&SCRIPT, &cmd, con).await?)?;
     Ok(Some(FamilyReleased { owned, ..woken }))
 }
