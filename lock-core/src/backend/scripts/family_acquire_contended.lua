@@ -160,18 +160,19 @@ if grace > 0 then
   if life then
     place = math.min(keep, life)
   end
-  -- With this attempt's name (ARGV[10]), what a release needs to hand
-  -- this waiter its grant: a lease of at most the place life (its
-  -- client's watchdog extends a longer one), so that a grant handed to
-  -- a waiter that died holds the others up no longer than its place.
-  -- Written with the place, in one HSET.
-  -- (Its numbers as they were sent, and `now` as its string: a number
-  -- made a string costs the server about 5k instructions.)
   -- Pushed first: a line of another type (which a full key's busy reply
   -- does not read) is reported before anything is written.
   if not placed and type(typed('RPUSH', line_key, token)) == 'table' then
     return {-1, 3}
   end
+  -- With this attempt's name (ARGV[10]), what a release needs to hand
+  -- this waiter its grant: a lease of at most the place life (its
+  -- client's watchdog extends a longer one), so that a grant handed to
+  -- a waiter that died holds the others up no longer than its place;
+  -- and (ARGV[11]) the name of its client's wake-ups. Written with the
+  -- place, in one HSET. (Its numbers as they were sent, and `now` as its
+  -- string: a number made a string costs the server about 5k
+  -- instructions.)
   if ARGV[10] then
     local lease = ARGV[3]
     if life and ttl > life then

@@ -62,6 +62,7 @@ while not nobody_may_go(kind, holders, permits) do
   outlive(KEYS[1], now, untl)
   redis.call('LPOP', line_key)
   redis.call('HDEL', places_key, head[1], '~' .. head[1])
+  -- (Its end as a number: nothing reads it past this point.)
   holders[#holders + 1] = {head[1], head[2], untl, fence}
   local message = 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head[1]
   -- A waiter of the caller's own client (its place carries the caller's

@@ -44,8 +44,10 @@
 -- `next:<token>` instead, and the handing on stops there (it looks
 -- itself, and tells the next).
 --
--- Returns {msg…} released, and each message (as published) told a waiter
---               that may go now: its grant, or `next:` for the last
+-- Returns {msg…} released, and each message told a waiter that may go
+--               now (published, except a grant to a waiter of the
+--               caller's own client, see ARGV[7]): its grant, or `next:`
+--               for the last
 --         1     released (nobody in line may go yet, or a keep; with keep
 --               -1: nobody in line may go yet)
 --         0     not ours (expired, or another owner's)
