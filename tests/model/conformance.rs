@@ -1219,6 +1219,16 @@ mod family {
         calls: usize,
         /// The messages on the release channel (a subscriber's).
         sub: Option<&'a std::sync::mpsc::Receiver<String>>,
+        /// Marks published so far (see [`Replay::published`]).
+        marks: usize,
+    }
+
+    /// The name of client `c`'s wake-ups, sent with its places and its
+    /// releases: clients 0 and 2 share one, as two tasks of one process do,
+    /// so that some releases hand a permit to a waiter of their own client
+    /// (told by the reply, not published).
+    fn here(c: u8) -> String {
+        format!("{:016x}", c % 2)
     }
 
     impl Replay<'_> {
@@ -1517,7 +1527,7 @@ mod family {
             if let Some(life) = life {
                 call.arg(i64::from(life) * TICK_MS);
                 if let Some(sent) = named {
-                    call.arg(sent);
+                    call.arg(sent).arg(here(t.client));
                 }
             }
             call.invoke(self.con).expect("family_acquire.lua")
@@ -1772,7 +1782,11 @@ mod family {
                             if !compact {
                                 call.arg(CHANNEL).arg("PUBLISH");
                             }
-                            let real: Value = call.invoke(self.con).expect("family_release.lua");
+                            call.arg(here(t.client));
+                            let (real, published) = self.published(|r| {
+                                call.invoke::<Value>(r.con).expect("family_release.lua")
+                            });
+                            self.check_published(&real, &published, t, step);
                             let (model, effects) = if wake {
                                 *self.seen.entry("release: woken").or_default() += 1;
                                 server.wake(now, before.clock, permits)
@@ -2025,6 +2039,72 @@ mod family {
                 }
                 _ => panic!("{step}: nothing to apply"),
             }
+        }
+
+        /// What `step` published on the release channel: the messages
+        /// between two marks the replay publishes itself, before and after
+        /// it (`None` without a subscriber).
+        fn published<R>(&mut self, step: impl FnOnce(&mut Self) -> R) -> (R, Option<Vec<String>>) {
+            let Some(rx) = self.sub else {
+                return (step(self), None);
+            };
+            let mut mark = |r: &mut Self| {
+                r.marks += 1;
+                let mark = format!("mark:{}", r.marks);
+                cmd(r.con, &["PUBLISH", CHANNEL, &mark]);
+                mark
+            };
+            let before = mark(self);
+            while rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .expect("the mark")
+                != before
+            {}
+            let out = step(self);
+            let after = mark(self);
+            let mut published = Vec::new();
+            loop {
+                let message = rx
+                    .recv_timeout(std::time::Duration::from_secs(5))
+                    .expect("the mark");
+                if message == after {
+                    return (out, Some(published));
+                }
+                published.push(message);
+            }
+        }
+
+        /// A release's messages are all published, in order, except a
+        /// grant to a waiter of the releaser's own client (`here`), which
+        /// only the reply tells.
+        fn check_published(
+            &mut self,
+            real: &Value,
+            published: &Option<Vec<String>>,
+            releaser: Tok,
+            step: &str,
+        ) {
+            let Some(published) = published else {
+                return;
+            };
+            let told: Vec<String> = match real {
+                Value::Array(told) => told.iter().map(|m| text(m).expect("a message")).collect(),
+                _ => Vec::new(),
+            };
+            let mut want = Vec::new();
+            for message in told {
+                if message.starts_with("grant:")
+                    && here(parse_grant(&message).3.client) == here(releaser.client)
+                {
+                    *self
+                        .seen
+                        .entry("release: told its own client by the reply")
+                        .or_default() += 1;
+                } else {
+                    want.push(message);
+                }
+            }
+            assert_eq!(published, &want, "{step}: published");
         }
 
         /// The `again:` messages published on the release channel, waiting
@@ -2290,6 +2370,7 @@ mod family {
                 seen: BTreeMap::new(),
                 calls: 0,
                 sub: Some(&messages),
+                marks: 0,
             };
             while messages.try_recv().is_ok() {}
             for (i, (before, action, after)) in path_steps(model, path).iter().enumerate() {
@@ -2325,6 +2406,7 @@ mod family {
                     seen: BTreeMap::new(),
                     calls: n,
                     sub: Some(&messages),
+                    marks: 0,
                 };
                 while messages.try_recv().is_ok() {}
                 for (i, (before, action, after)) in trace.iter().enumerate() {
@@ -2367,6 +2449,7 @@ mod family {
             "release: next",
             "release: handed on",
             "release: handed on to two",
+            "release: told its own client by the reply",
             "TakeGrant",
             "release: released",
             "release: not ours",
