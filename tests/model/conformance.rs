@@ -2048,7 +2048,7 @@ mod family {
             let Some(rx) = self.sub else {
                 return (step(self), None);
             };
-            let mut mark = |r: &mut Self| {
+            let mark = |r: &mut Self| {
                 r.marks += 1;
                 let mark = format!("mark:{}", r.marks);
                 cmd(r.con, &["PUBLISH", CHANNEL, &mark]);
