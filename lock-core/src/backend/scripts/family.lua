@@ -98,7 +98,8 @@ end
 
 -- The first live waiter in line, for a release's handing on: {token,
 -- kind, until, record}, where record is its '~' field (what a grant
--- needs) or nil, read with its place in one HMGET; dropping (LPOP, HDEL)
+-- needs) or false, read after its place (two HGETs, not one HMGET: the
+-- documented minimal ACL rule has no HMGET); dropping (LPOP, HDEL)
 -- the lapsed or missing places before it as live_line does; nil when
 -- nobody lives in line; false and live_line's code when the line or a
 -- place holds another type, or the head is of another kind. It reads the
@@ -113,17 +114,17 @@ local function live_head(line, places, kind, now)
     if not token then
       return nil
     end
-    local read = typed('HMGET', places, token, '~' .. token)
-    if read.err then
+    local place = typed('HGET', places, token)
+    if type(place) == 'table' then
       return false, 4
     end
-    local place = read[1]
     local k, untl = string.match(place or '', '^(%a)(%d+)$')
     if (place and not k) or (k and not same_family(k, kind)) then
       return false, 1
     end
     if k and above(untl, now) then
-      return {token, k, untl, read[2]}
+      -- (The places key is a hash: read above.)
+      return {token, k, untl, redis.call('HGET', places, '~' .. token)}
     end
     redis.call('LPOP', line)
     redis.call('HDEL', places, token, '~' .. token)
