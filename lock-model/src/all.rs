@@ -43,7 +43,7 @@
 mod script;
 mod steps;
 
-pub use script::{AllOut, AllReply, Takes, lock_all, native};
+pub use script::{AllOut, AllReply, Takes, hand_on_all, lock_all, native, release};
 
 use stateright::Model;
 
@@ -74,6 +74,12 @@ pub struct AllConfig {
     /// caller's keys are kept as a retried call's (same lease, the fence
     /// key's value), as `lock_all.lua` without a mode treats them.
     pub old_claimed: bool,
+    /// `lock_all.lua` in its compact form without a mode too (one server:
+    /// every attempt names itself, so a busy reply writes the waiter's
+    /// record and a release may hand it every key); off, a call without a
+    /// mode goes in the full form (Cluster: no record, the waiter is only
+    /// told `next:`). A mode is sent in the compact form alone.
+    pub compact: bool,
 }
 
 impl Default for AllConfig {
@@ -88,6 +94,7 @@ impl Default for AllConfig {
             old_places: false,
             native: true,
             old_claimed: false,
+            compact: true,
         }
     }
 }
@@ -235,13 +242,19 @@ impl LockAll {
                 } else {
                     mode
                 };
+                let sent = match w.clients[ci].phase {
+                    AllPhase::Acquiring { sent, .. } => sent,
+                    _ => now,
+                };
+                let named = (self.config.compact || mode != Mode::Plain).then_some(sent);
                 let (reply, fresh, told, resumed) =
-                    lock_all(&mut w.keys, token, true, now, floor, life, runs);
+                    lock_all(&mut w.keys, token, true, now, floor, life, runs, named);
                 let new = match mode {
                     Mode::Plain => fresh,
                     // Every key ours was an undecided `SET` (or a grant
-                    // whose reply was lost, taken back): all new.
-                    Mode::Claimed | Mode::ResentByLook => [true; 2],
+                    // whose reply was lost, taken back): all new; but a
+                    // key a release handed over (kept) was checked then.
+                    Mode::Claimed | Mode::ResentByLook => resumed.map(|kept| !kept),
                     // A key kept was the first attempt's: a grant then (it
                     // was checked then), or a `SET` that comes before the
                     // waiters that joined after it.
@@ -347,6 +360,48 @@ impl LockAll {
 }
 
 impl LockAll {
+    /// A release handed `next` the keys `keys` with `fence` (every key of a
+    /// `lock_all` waiter's, or one plain waiter's key), with the ghosts'
+    /// checks: the fence above every earlier one of each key, and no
+    /// `lock_all` waiter of a key overtaken (`lines_before`: the lines
+    /// before the release). Its client is woken.
+    fn handed(
+        &self,
+        w: &mut AllWorld,
+        next: Tok,
+        fence: u32,
+        keys: &[usize],
+        lines_before: &[Vec<Tok>; 2],
+    ) {
+        w.clock += 1;
+        for &k in keys {
+            if fence <= w.max_issued[k] {
+                w.fence_bad = true;
+            }
+            w.max_issued[k] = fence;
+            let at = |t: Tok| lines_before[k].iter().position(|&x| x == t);
+            for &y in &w.turns {
+                let yt = w.clients[usize::from(y)].token(y);
+                if yt == next || !self.takes(y).keys().contains(&k) {
+                    continue;
+                }
+                match (at(yt), at(next)) {
+                    (Some(ya), Some(xa)) if xa < ya => {}
+                    _ => w.overtaken = true,
+                }
+            }
+        }
+        let to = &mut w.clients[usize::from(next.client)];
+        to.lost = false;
+        if to.token(next.client) == next {
+            w.turns.retain(|&t| t != next.client);
+            for &k in keys {
+                to.issued[k] = fence;
+            }
+        }
+        Self::notify(w, next);
+    }
+
     /// Every live sleeping waiter keeps its places (keep_place.lua, at the
     /// end of the tick, one call per key of its: `lock_all` keeps every
     /// line it waits in): woken when the soonest lease among its held keys

@@ -95,6 +95,12 @@ pub enum Lease {
     /// constant); the fourth tick is when it joined the line (kept by each
     /// later attempt while its place is), which a resend judges by.
     Waiting(Time, Time, Time, Time),
+    /// A `lock_all` waiter's record (lock_all.lua, compact form): as
+    /// [`Lease::Waiting`]'s first three, and the lock keys of its call
+    /// (both of the model's). release.lua's plain `hand_on` does not hand
+    /// it one key; its `lock_all` handoff hands it every key at once, when
+    /// each is free and it leads each line (`all::hand_on_all`).
+    AllWaiting(Time, Time, Time),
     /// The grant record: a release handed it the lock.
     Granted,
 }
@@ -245,7 +251,7 @@ impl Server {
     }
 
     /// `HSET places ~token value`.
-    fn set_lease(&mut self, tok: Tok, lease: Lease) {
+    pub(crate) fn set_lease(&mut self, tok: Tok, lease: Lease) {
         match self.leases.iter_mut().find(|(t, _)| *t == tok) {
             Some(slot) => slot.1 = lease,
             None => {

@@ -895,7 +895,9 @@ fn lock_all_model(name: &str, config: AllConfig, reached: &[&str]) {
 /// no deadlock (liveness), fences per key, and a busy `lock_all` holds no
 /// key, also after a lost reply retried once a key of the lost grant was
 /// taken from it alone. Without the native free case: `lock_all.lua`
-/// alone, as on Cluster (`lock_all_native` checks it).
+/// alone (`lock_all_native` checks the native case), in its compact form
+/// without faults (a release hands a waiter every key when it may), in its
+/// full form (as on Cluster: the waiter is told `next:`) with them.
 #[test]
 fn lock_all_two_keys() {
     let clients = vec![Takes::Both, Takes::Both, Takes::One(1)];
@@ -911,10 +913,12 @@ fn lock_all_two_keys() {
             old_places: false,
             native: false,
             old_claimed: false,
+            compact: true,
         },
         &[
             "lock_all waits behind a plain holder",
             "lock_all holds both keys",
+            "a release hands a lock_all waiter every key",
         ],
     );
     // A lock_all caller and a plain lock of each key: the lock_all waits
@@ -932,8 +936,12 @@ fn lock_all_two_keys() {
             old_places: false,
             native: false,
             old_claimed: false,
+            compact: true,
         },
-        &["a lock_all waiter keeps a place in both lines"],
+        &[
+            "a lock_all waiter keeps a place in both lines",
+            "a release hands a lock_all waiter every key",
+        ],
     );
     // The faults with the lock_all caller and the plain lock alone (three
     // clients and two faults: 17 million states, the long run).
@@ -953,6 +961,7 @@ fn lock_all_two_keys() {
             old_places: false,
             native: false,
             old_claimed: false,
+            compact: false,
         },
         &[
             "a retried lock_all after a key of its lost grant was taken",
@@ -980,6 +989,7 @@ fn lock_all_old_places_break_the_dead_waiters_property() {
         old_places: true,
         native: false,
         old_claimed: false,
+        compact: false,
     };
     let mut path = leasehold_model::discover_all(config.clone(), property)
         .unwrap_or_else(|| panic!("old_places: the model does not find \"{property}\" broken"));

@@ -1,7 +1,9 @@
 //! `lock_all.lua` over two keys, branch by branch, and what a client of
 //! the model takes.
 
-use crate::scripts::{LEASE, Lease, Mode, Server, SetNx, Time, Tok};
+use crate::scripts::{
+    Effects, Exp, FenceVal, LEASE, Lease, LockVal, Mode, RelReply, Server, SetNx, Time, Tok,
+};
 
 /// What a client takes: both keys, or one key's plain lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +85,12 @@ pub type AllOut = (AllReply, [bool; 2], Vec<(usize, Tok)>, [bool; 2]);
 /// mode judges it; in either a grant writes a fresh fence for every key,
 /// and a call that does not grant tells the first in line of every key it
 /// took back. [`Mode::Plain`]: no mode (a key already ours: a retried call).
+/// In either mode a key a release handed over (its grant record says so:
+/// [`hand_on_all`]) is kept, as a retried call keeps it, and counts as
+/// `resumed`. `named`: the attempt's sending (the compact form's
+/// `ARGV[7]`): a busy reply then writes the waiter's record beside each
+/// place ([`Lease::AllWaiting`]), by which a release may hand it every key.
+#[allow(clippy::too_many_arguments)]
 pub fn lock_all(
     s: &mut [Server; 2],
     token: Tok,
@@ -91,6 +99,7 @@ pub fn lock_all(
     floor: u32,
     life: Option<Time>,
     mode: Mode,
+    named: Option<Time>,
 ) -> AllOut {
     let mut told = Vec::new();
     let mut taken_back = [false; 2];
@@ -105,17 +114,19 @@ pub fn lock_all(
             // key was set (its lease less its PTTL ago), as acquire.lua's
             // resent mode judges: the first in the list, its place lapsed
             // or not (`LINDEX line 0`).
-            let keep = mode == Mode::Resent
-                && match s[i].line.first().copied() {
-                    None => true,
-                    Some(first) if first == token => true,
-                    Some(first) => match s[i].lease(first) {
-                        Some(Lease::Waiting(_, _, _, joined)) => {
-                            i32::from(joined) >= i32::from(l.exp) - i32::from(LEASE)
-                        }
-                        _ => false,
-                    },
-                };
+            let handed = s[i].lease(token) == Some(Lease::Granted);
+            let keep = handed
+                || mode == Mode::Resent
+                    && match s[i].line.first().copied() {
+                        None => true,
+                        Some(first) if first == token => true,
+                        Some(first) => match s[i].lease(first) {
+                            Some(Lease::Waiting(_, _, _, joined)) => {
+                                i32::from(joined) >= i32::from(l.exp) - i32::from(LEASE)
+                            }
+                            _ => false,
+                        },
+                    };
             if keep {
                 resumed[i] = true;
             } else {
@@ -183,6 +194,7 @@ pub fn lock_all(
             if s[i].line.first() == Some(&token) {
                 s[i].lpop();
                 s[i].remove_place(token);
+                s[i].remove_lease(token);
                 s[i].tidy();
             }
             let marked = !s[i].line.is_empty();
@@ -216,6 +228,7 @@ pub fn lock_all(
         }
         let mut was_first = false;
         if rejoin && key.remove_place(token) {
+            key.remove_lease(token);
             was_first = key.line.first() == Some(&token);
             if let Some(at) = key.line.iter().position(|t| *t == token) {
                 key.line.remove(at);
@@ -232,12 +245,93 @@ pub fn lock_all(
     }
     if in_line {
         // A place in every line, all at once: first come, first served
-        // across the keys (lock_all.lua writes no `~` field: its places
-        // are only woken), each kept for the place life at most.
+        // across the keys, each kept for the place life at most; named, a
+        // record beside each place (the handed lease at most the place
+        // life), else the places are only woken.
+        let lease = life.map_or(LEASE, |life| LEASE.min(life));
         for key in s.iter_mut() {
             key.wait_in_line(token, now, sleep, None, life);
+            if let Some(sent) = named {
+                key.set_lease(token, Lease::AllWaiting(now, sent, lease));
+            }
             key.tidy();
         }
     }
     (AllReply::Busy(sleep), [false; 2], told, resumed)
+}
+
+/// release.lua of key `k` beside a `lock_all` waiter's keys: the plain
+/// release (scripts.rs), and when it would tell the first in line `next:`
+/// because that waiter's record is a `lock_all`'s, [`hand_on_all`] first.
+/// The reply and effects as release.lua's (a `lock_all` handoff's fence in
+/// `effects.granted`, written to every key).
+pub fn release(
+    s: &mut [Server; 2],
+    k: usize,
+    token: Tok,
+    now: Time,
+    floor: u32,
+) -> (RelReply, Effects) {
+    let (reply, mut effects) = s[k].release(token, now, None, floor);
+    if let RelReply::Next(next) = reply
+        && let Some(granted) = hand_on_all(s, k, next, now, floor)
+    {
+        effects.announced = None;
+        effects.granted = Some(granted);
+        return (RelReply::Granted(next), effects);
+    }
+    (reply, effects)
+}
+
+/// release_lined.lua's `lock_all` handoff: the live first in key `k`'s line
+/// (`head`) is a `lock_all` waiter with a record ([`Lease::AllWaiting`]).
+/// When every key of its call is free and it is first in every line with
+/// its place kept, it gets every key at once: one fence for all (above
+/// each key's last, at least `floor`), its lease as its record says, its
+/// places gone and its records become grant records (as a plain handoff
+/// writes them), each lock and fence marked while someone else waits in
+/// that line. The waiter, the fence, the ticks since its last attempt ran,
+/// and that attempt's sending; `None` (nothing written) otherwise.
+pub fn hand_on_all(
+    s: &mut [Server; 2],
+    k: usize,
+    head: Tok,
+    now: Time,
+    floor: u32,
+) -> Option<(Tok, u32, Time, Time)> {
+    let Some(Lease::AllWaiting(seen, sent, ttl)) = s[k].lease(head) else {
+        return None;
+    };
+    let mut fence = floor;
+    for key in s.iter() {
+        let kept = key.place(head).is_some_and(|until| until > now);
+        if key.lock.is_some() || key.line.first() != Some(&head) || !kept {
+            return None;
+        }
+        if let Some(last) = key.fence.map(|f| f.value)
+            && last >= fence
+        {
+            fence = last + 1;
+        }
+    }
+    for key in s.iter_mut() {
+        key.lpop();
+        key.remove_place(head);
+        key.set_lease(head, Lease::Granted);
+        let marked = !key.line.is_empty();
+        key.lock = Some(LockVal {
+            owner: head,
+            marked,
+            exp: now + ttl,
+            fast: false,
+            handed: true,
+        });
+        key.fence = Some(FenceVal {
+            value: fence,
+            marked,
+            exp: Exp::Long,
+        });
+        key.tidy();
+    }
+    Some((head, fence, now.saturating_sub(seen), sent))
 }

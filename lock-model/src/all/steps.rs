@@ -4,6 +4,7 @@
 use stateright::{Model, Property};
 
 use super::*;
+use crate::all;
 use crate::protocol::{Action, Flight, every_key_expires, markers};
 use crate::scripts::{LEASE, Time};
 
@@ -170,26 +171,24 @@ impl Model for LockAll {
                     AllPhase::Releasing { .. } => {
                         for &k in &keys {
                             let floor = w.clock;
-                            let (_, effects) = w.keys[k].release(token, now, None, floor);
+                            let lines_before = [w.keys[0].line.clone(), w.keys[1].line.clone()];
+                            let (_, effects) = all::release(&mut w.keys, k, token, now, floor);
                             if let Some(next) = effects.announced {
                                 Self::notify(&mut w, next);
                             }
-                            // Handed to a plain waiter: a new fence. Its
-                            // client wakes and tries: the attempt finds the
-                            // lock its own (the grant's message is not
-                            // modelled here: the lock model has it).
+                            // Handed to a waiter: a new fence, on this key
+                            // (a plain waiter) or on every key (a `lock_all`
+                            // waiter). Its client wakes and tries: the
+                            // attempt finds the keys its own (the grant's
+                            // message is not modelled here: the lock model
+                            // has it).
                             if let Some((next, fence, ..)) = effects.granted {
-                                w.clock += 1;
-                                if fence <= w.max_issued[k] {
-                                    w.fence_bad = true;
-                                }
-                                w.max_issued[k] = fence;
-                                let to = &mut w.clients[usize::from(next.client)];
-                                to.lost = false;
-                                if to.token(next.client) == next {
-                                    to.issued[k] = fence;
-                                }
-                                Self::notify(&mut w, next);
+                                let handed = if self.takes(next.client) == Takes::Both {
+                                    vec![0, 1]
+                                } else {
+                                    vec![k]
+                                };
+                                self.handed(&mut w, next, fence, &handed, &lines_before);
                             }
                         }
                         w.clients[ci].phase = AllPhase::Releasing {
@@ -465,6 +464,37 @@ impl Model for LockAll {
                         && matches!(c.phase, AllPhase::Holding { valid, .. } if w.now < valid)
                 })
             }),
+            Property::sometimes(
+                "a release hands a lock_all waiter every key",
+                |m: &LockAll, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        let t = c.token(i as u8);
+                        m.config.clients[i] == Takes::Both
+                            && w.keys
+                                .iter()
+                                .all(|k| k.lock.is_some_and(|l| l.owner == t && l.handed))
+                    })
+                },
+            ),
+            Property::sometimes(
+                "a claimed lock_all sent for the keys a release handed it",
+                |_, w: &AllWorld| {
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        let t = c.token(i as u8);
+                        matches!(
+                            c.phase,
+                            AllPhase::Acquiring {
+                                via: Via::Script(Mode::Claimed),
+                                flight: Flight::Sent,
+                                ..
+                            }
+                        ) && w.keys.iter().all(|k| {
+                            k.lock.is_some_and(|l| l.owner == t && l.handed)
+                                && k.lease(t) == Some(crate::scripts::Lease::Granted)
+                        })
+                    })
+                },
+            ),
             Property::sometimes("a native lock_all grant", |_, w: &AllWorld| {
                 w.clients.iter().any(|c| {
                     matches!(
