@@ -265,9 +265,19 @@ impl<'a> Waiter<'a> {
     /// The lock a release handed to this waiter (`grant:`) since it last
     /// looked, if one did: its fencing token, and the earliest instant here
     /// the grant may have happened (its lease counts from then).
+    ///
+    /// A `lock_all` waiter is handed every key at once, with one fencing
+    /// token for all, by a release of any of them: the grant is heard on
+    /// that key's channel, and recorded for every key.
     pub(crate) fn take_grant(&self) -> Option<(u64, Instant)> {
         self.wakeup.as_ref()?;
-        let grant = (self.backend.wakeups()).take_grant(self.keys.channel(), self.token)?;
+        let wakeups = self.backend.wakeups();
+        let grant = std::iter::once(self.keys)
+            .chain(others(self.keys))
+            .find_map(|keys| wakeups.take_grant(keys.channel(), self.token))?;
+        if let Kind::All(all) = &self.keys.kind {
+            all.granted(vec![grant.fence; all.keys.len()]);
+        }
         let sent = (self.started).checked_add(Duration::from_micros(grant.attempt_sent_us))?;
         Some((grant.fence, granted_at(sent, grant.since_attempt_ms)))
     }

@@ -404,3 +404,137 @@ async fn a_lost_release_reply_still_reaches_the_clients_own_waiter() {
         redis::Value::Int(0)
     );
 }
+
+/// How many stand in `key`'s line (a free key kept for its first in line
+/// has no holder for `inspect` to show).
+fn lined(server: &RedisServer, key: &str) -> i64 {
+    match server.cmd(&["LLEN", &format!("leasehold:{{{key}}}:line")]) {
+        redis::Value::Int(n) => n,
+        other => panic!("LLEN {other:?}"),
+    }
+}
+
+/// Wait until `n` stand in `key`'s line (a hang guard, not a timing check).
+async fn until_lined(server: &RedisServer, key: &str, n: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lined(server, key) != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} never stood in line for {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A `lock_all` waiter first in the line of each of its keys is handed all
+/// of them at once by the release of the last one held, in that release's
+/// own round trip: one fencing token for every key, above each key's last,
+/// published as a grant (`grant:…` on the released key's channel), and the
+/// waiter holds without asking again (no `lock_all.lua` call and no
+/// transaction after the release). A release while another of its keys is
+/// still held hands it nothing: it is told `next:` and looks itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_a_lock_all_waiter_every_key_at_once() {
+    use leasehold::__private::{LOCK_ALL_SOURCE, RELEASE_SOURCE};
+
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let a = holder.lock("ha").ttl(LONG).acquire().await.unwrap();
+    let b = holder.lock("hb").ttl(LONG).acquire().await.unwrap();
+    let last = a.fencing_token().max(b.fencing_token());
+    let waiting = spawn_waiter(other.lock_all(["ha", "hb"]).ttl(SHORT));
+    until_lined(&server, "ha", 1).await;
+    until_lined(&server, "hb", 1).await;
+
+    // b still held: a's release tells the waiter to look, and it is busy.
+    log_every_command(&server);
+    a.release().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while evalsha_of(&commands_logged(&server), LOCK_ALL_SOURCE) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never looked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!waiting.is_finished());
+    assert_eq!(lined(&server, "ha"), 1);
+
+    // b's release hands both keys over.
+    let heard = grants(&server, "hb", 1).await;
+    log_every_command(&server);
+    b.release().await.unwrap();
+    let fences = heard.await.unwrap();
+    let all = waiting.await.unwrap();
+    let logged = commands_logged(&server);
+    assert_eq!(evalsha_of(&logged, RELEASE_SOURCE), 1, "{logged:?}");
+    assert_eq!(
+        evalsha_of(&logged, LOCK_ALL_SOURCE),
+        0,
+        "held without asking again: {logged:?}"
+    );
+    assert!(
+        !logged
+            .iter()
+            .any(|c| c.first().is_some_and(|n| n.eq_ignore_ascii_case("multi"))),
+        "{logged:?}"
+    );
+    let fence = all.fencing_token();
+    assert_eq!(fences, vec![fence]);
+    assert!(fence > last, "{fence} after {last}");
+    assert_eq!(all.fencing_token_of("ha"), Some(fence));
+    assert_eq!(all.fencing_token_of("hb"), Some(fence));
+    for key in ["ha", "hb"] {
+        assert!(
+            holder.lock(key).try_acquire().await.unwrap().is_none(),
+            "{key} is the waiter's"
+        );
+    }
+    all.release().await.unwrap();
+    for key in ["ha", "hb"] {
+        let again = holder.lock(key).try_acquire().await.unwrap().expect("free");
+        assert!(again.fencing_token() > fence);
+        again.release().await.unwrap();
+    }
+}
+
+/// A `lock_all` waiter handed every key while it heard nothing (its
+/// connections reset when the grant was published) looks again when it
+/// is back, and finds the keys its own: its attempt keeps them (the keys'
+/// grant records say a release handed them over) instead of taking them
+/// back and joining the lines again behind the waiter that came after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_waiter_that_missed_its_grant_keeps_its_turn() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let behind = LockClient::connect(&server.url()).await.unwrap();
+    let missed = LockClient::connect(&proxy.url()).await.unwrap();
+    let held = holder.lock("mb").ttl(LONG).acquire().await.unwrap();
+    let first = spawn_waiter(missed.lock_all(["ma", "mb"]).ttl(SHORT));
+    until_lined(&server, "ma", 1).await;
+    until_lined(&server, "mb", 1).await;
+    let second = spawn_waiter(behind.lock_all(["ma", "mb"]).ttl(SHORT));
+    until_lined(&server, "ma", 2).await;
+    until_lined(&server, "mb", 2).await;
+
+    let heard = grants(&server, "mb", 1).await;
+    proxy.set_mode(ProxyMode::Reset);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    let handed = heard.await.unwrap()[0];
+    proxy.set_mode(ProxyMode::Pass);
+
+    let mine = first.await.unwrap();
+    assert!(
+        !second.is_finished(),
+        "the waiter behind did not overtake it"
+    );
+    for key in ["ma", "mb"] {
+        let fence = mine.fencing_token_of(key).expect("held");
+        assert!(fence >= handed, "{key}: {fence} after the handed {handed}");
+    }
+    mine.release().await.unwrap();
+    second.await.unwrap().release().await.unwrap();
+}

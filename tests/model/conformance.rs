@@ -260,6 +260,40 @@ fn check_leases(
         let value = &real[t];
         match lease {
             Lease::Granted => assert_eq!(value, "granted", "{step}: grant record of {t}"),
+            Lease::AllWaiting(at, sent, handed) => {
+                // lock_all.lua's record: four numbers, then the lock keys
+                // of the call (the `lock_all` replay's two).
+                let (numbers, keys) = value
+                    .split_once('@')
+                    .unwrap_or_else(|| panic!("{step}: lock_all record of {t}: {value}"));
+                let want_keys: String = (0..2)
+                    .map(|k| {
+                        let lock = format!("leasehold:{{all}}:k{k}:lock");
+                        format!("{}:{lock}", lock.len())
+                    })
+                    .collect();
+                assert_eq!(keys, want_keys, "{step}: lock_all record of {t}: {value}");
+                let parts: Vec<i64> = numbers
+                    .split(':')
+                    .map(|p| p.parse().expect("a number"))
+                    .collect();
+                assert_eq!(parts.len(), 4, "{step}: lock_all record of {t}: {value}");
+                assert_eq!(
+                    [parts[0], parts[1], parts[3]],
+                    [
+                        i64::from(*handed) * TICK_MS,
+                        ttl + FENCE_MEMORY_MS,
+                        i64::from(*sent)
+                    ],
+                    "{step}: lock_all record of {t}: {value}"
+                );
+                let ago = clock - parts[2];
+                let model = (i64::from(now) - i64::from(*at)) * TICK_MS;
+                assert!(
+                    (ago - model).abs() <= SLACK_MS,
+                    "{step}: {t}'s last lock_all attempt ran {ago} ms ago, the model says {model}"
+                );
+            }
             Lease::Waiting(at, sent, handed, joined) => {
                 let parts: Vec<i64> = value
                     .split(':')
@@ -300,10 +334,15 @@ fn shift_places_of(con: &mut Connection, key: &str, by: i64) {
         cmd(con, &["HSET", key, &t, &(at - by).to_string()]);
     }
     for (t, value) in leases {
+        // (A lock_all record: its keys after '@', kept as they are.)
+        let (value, keys) = match value.split_once('@') {
+            Some((numbers, keys)) => (numbers.to_owned(), format!("@{keys}")),
+            None => (value, String::new()),
+        };
         let parts: Vec<&str> = value.split(':').collect();
         let shifted = |at: &str| at.parse::<i64>().expect("a number") - by;
         let value = match parts[..] {
-            [ttl, life, seen, sent] => format!("{ttl}:{life}:{}:{sent}", shifted(seen)),
+            [ttl, life, seen, sent] => format!("{ttl}:{life}:{}:{sent}{keys}", shifted(seen)),
             [ttl, life, seen, sent, joined] => {
                 format!("{ttl}:{life}:{}:{sent}:{}", shifted(seen), shifted(joined))
             }
@@ -2639,7 +2678,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
     let (_, _) = keys[1].acquire(holder, false, 0, 1, Mode::Plain, 0, None);
     for t in [y, z] {
         assert!(matches!(
-            model_lock_all(&mut keys, t, true, 0, 1, None, Mode::Plain).0,
+            model_lock_all(&mut keys, t, true, 0, 1, None, Mode::Plain, None).0,
             AllReply::Busy(_)
         ));
     }
@@ -2650,7 +2689,7 @@ fn a_lock_all_with_a_lapsed_place_joins_every_line_again() {
         }
     }
     assert!(matches!(
-        model_lock_all(&mut keys, y, true, 1, 1, None, Mode::Plain).0,
+        model_lock_all(&mut keys, y, true, 1, 1, None, Mode::Plain, None).0,
         AllReply::Busy(_)
     ));
     for k in &keys {
@@ -2786,7 +2825,8 @@ fn a_resent_lock_all_judges_the_first_in_line_lapsed_or_not() {
             place.1 = 1;
         }
     }
-    let (model, _, told, resumed) = model_lock_all(&mut keys, x, true, 2, 3, None, Mode::Resent);
+    let (model, _, told, resumed) =
+        model_lock_all(&mut keys, x, true, 2, 3, None, Mode::Resent, None);
     assert_eq!(resumed, [false, true]);
     assert!(matches!(model, AllReply::Busy(_)), "{model:?}");
     assert!(matches!(real, Value::Int(_)), "{real:?}");
@@ -2821,7 +2861,7 @@ mod all {
     use leasehold_model::all::{AllConfig, AllPhase, AllReply, AllWorld, LockAll, Takes, Via};
     use leasehold_model::protocol::Flight;
     use leasehold_model::scripts::{
-        AcqReply, Exp, GRACE, KEPT, LEASE, Mode, PLACE_LIFE, RelReply, Server, Tok,
+        AcqReply, Exp, GRACE, KEPT, LEASE, Lease, Mode, PLACE_LIFE, RelReply, Server, Tok,
     };
     use leasehold_model::{Action, Model};
     use redis::{Connection, Script, Value};
@@ -3019,7 +3059,9 @@ mod all {
 
         /// Counts a claimed or resent `lock_all.lua` call by its outcome,
         /// and a resent call that kept a key of its first attempt's.
-        fn mode_seen(&mut self, mode: Mode, outcome: &str, resumed: [bool; 2]) {
+        /// (`handed`: the keys a release had handed the caller, which
+        /// either mode keeps.)
+        fn mode_seen(&mut self, mode: Mode, outcome: &str, resumed: [bool; 2], handed: [bool; 2]) {
             let what = match (mode, outcome) {
                 (Mode::Claimed, "granted") => "lock_all claimed: granted",
                 (Mode::Claimed, _) => "lock_all claimed: busy",
@@ -3028,8 +3070,14 @@ mod all {
                 _ => return,
             };
             *self.seen.entry(what).or_default() += 1;
-            if resumed.contains(&true) {
+            if (0..2).any(|k| resumed[k] && !handed[k]) {
                 *self.seen.entry("lock_all resent: a key kept").or_default() += 1;
+            }
+            if (0..2).any(|k| resumed[k] && handed[k]) {
+                *self
+                    .seen
+                    .entry("lock_all claimed/resent: a handed key kept")
+                    .or_default() += 1;
             }
         }
 
@@ -3138,7 +3186,7 @@ mod all {
                                     // form (one server: the lock keys alone),
                                     // as the library does there; a mode
                                     // goes in the compact form alone.
-                                    let compact = c % 2 == 1 || mode != Mode::Plain;
+                                    let compact = self.model.config.compact || mode != Mode::Plain;
                                     let script = Script::new(LOCK_ALL_SOURCE);
                                     let mut call = script.prepare_invoke();
                                     for k in 0..2 {
@@ -3162,15 +3210,17 @@ mod all {
                                     // In line: the place life (ARGV[6 + n],
                                     // ARGV[5] in the compact form).
                                     call.arg(i64::from(PLACE_LIFE) * TICK_MS);
-                                    // The mode (ARGV[6], compact form).
-                                    match mode {
-                                        Mode::Claimed => {
-                                            call.arg("1");
-                                        }
-                                        Mode::Resent => {
-                                            call.arg("2");
-                                        }
-                                        _ => {}
+                                    // The mode (ARGV[6], compact form, ''
+                                    // for none) and the attempt's name
+                                    // (ARGV[7]), by which a busy reply
+                                    // writes the records.
+                                    if compact {
+                                        call.arg(match mode {
+                                            Mode::Claimed => "1",
+                                            Mode::Resent => "2",
+                                            _ => "",
+                                        });
+                                        call.arg(sent);
                                     }
                                     call.invoke(self.con).expect("lock_all.lua")
                                 }
@@ -3197,8 +3247,13 @@ mod all {
                             };
                             let mut servers = before.keys.clone();
                             let mut resumed = [false; 2];
+                            let handed = [0, 1].map(|k: usize| {
+                                before.keys[k].lease(t) == Some(Lease::Granted)
+                                    && before.keys[k].lock.is_some_and(|l| l.owner == t)
+                            });
                             let model = match takes {
                                 Takes::Both => {
+                                    let compact = self.model.config.compact || mode != Mode::Plain;
                                     let out = leasehold_model::all::lock_all(
                                         &mut servers,
                                         t,
@@ -3207,6 +3262,7 @@ mod all {
                                         before.clock,
                                         self.model.config.place_life(),
                                         mode,
+                                        compact.then_some(sent),
                                     );
                                     resumed = out.3;
                                     // Who lock_all.lua tells `next:`.
@@ -3263,7 +3319,7 @@ mod all {
                                         );
                                     }
                                     *self.seen.entry("acquire: busy").or_default() += 1;
-                                    self.mode_seen(mode, "busy", resumed);
+                                    self.mode_seen(mode, "busy", resumed, handed);
                                     if takes == Takes::Both {
                                         // Places kept in every line, or
                                         // all taken again after one lapsed.
@@ -3291,7 +3347,7 @@ mod all {
                                         Takes::One(_) => "plain: granted",
                                     };
                                     *self.seen.entry(what).or_default() += 1;
-                                    self.mode_seen(mode, "granted", resumed);
+                                    self.mode_seen(mode, "granted", resumed, handed);
                                 }
                                 (real, model) => {
                                     panic!("{step}: answered {real:?}, the model {model:?}")
@@ -3343,8 +3399,37 @@ mod all {
                                     .arg(0)
                                     .invoke(self.con)
                                     .expect("release.lua");
-                                let (model, _) = servers[k].release(t, now, None, before.clock);
+                                let (model, effects) = leasehold_model::all::release(
+                                    &mut servers,
+                                    k,
+                                    t,
+                                    now,
+                                    before.clock,
+                                );
                                 let granted = matches!(&real, Value::BulkString(b) if b.starts_with(b"grant:"));
+                                if let Some((to, _, since, sent)) = effects.granted {
+                                    // The message names the waiter's attempt
+                                    // and the time since it ran.
+                                    let (_, real_since, real_sent, _) =
+                                        super::parse_grant(&text(&real).unwrap_or_default());
+                                    assert_eq!(
+                                        real_sent,
+                                        i64::from(sent),
+                                        "{step}: grant's attempt"
+                                    );
+                                    let want = i64::from(since) * TICK_MS;
+                                    assert!(
+                                        (real_since - want).abs() <= SLACK_MS,
+                                        "{step}: granted {real_since} ms after the attempt ran, the model says {want}"
+                                    );
+                                    let what = match self.model.config.clients
+                                        [usize::from(to.client)]
+                                    {
+                                        Takes::Both => "release: lock_all handed every key",
+                                        Takes::One(_) => "release: plain waiter handed the lock",
+                                    };
+                                    *self.seen.entry(what).or_default() += 1;
+                                }
                                 let same = match (&real, model) {
                                     (Value::Int(0), RelReply::NotOurs)
                                     | (Value::Int(1), RelReply::Released) => true,
@@ -3528,13 +3613,15 @@ mod all {
     }
 
     fn models(native: bool) -> [LockAll; 2] {
-        // Two lock_all callers and a plain lock of one key; one lock_all
-        // caller and a plain lock of each key (every other walk).
+        // Two lock_all callers and a plain lock of one key, lock_all.lua in
+        // its compact form (one server: a release may hand a waiter every
+        // key); one lock_all caller and a plain lock of each key, the full
+        // form without a mode (as on Cluster) (every other walk).
         [
-            vec![Takes::Both, Takes::Both, Takes::One(1)],
-            vec![Takes::Both, Takes::One(0), Takes::One(1)],
+            (vec![Takes::Both, Takes::Both, Takes::One(1)], true),
+            (vec![Takes::Both, Takes::One(0), Takes::One(1)], false),
         ]
-        .map(|clients| LockAll {
+        .map(|(clients, compact)| LockAll {
             config: AllConfig {
                 clients,
                 horizon: 10,
@@ -3545,6 +3632,7 @@ mod all {
                 old_places: false,
                 native,
                 old_claimed: false,
+                compact,
             },
         })
     }
@@ -3593,6 +3681,8 @@ mod all {
                 "keep_place.lua: plain, kept",
                 "renew",
                 "release",
+                "release: plain waiter handed the lock",
+                "release: lock_all handed every key",
                 "abandon",
             ],
         );
@@ -3680,12 +3770,19 @@ mod all {
                 },
                 "no lock_all waiter is overtaken on any of its keys",
             ),
+            // A release hands a lock_all waiter both keys; the waiter, not
+            // told (the message is not modelled), sends its claimed attempt,
+            // which keeps them.
+            (
+                three.clone(),
+                "a claimed lock_all sent for the keys a release handed it",
+            ),
         ];
         for (config, property) in cases {
             let mut path = leasehold_model::discover_all(config.clone(), property)
                 .unwrap_or_else(|| panic!("no path to \"{property}\""));
-            if let Some(&Action::Retry(c)) = path.last() {
-                // The resend, run.
+            if let Some(&Action::Retry(c) | &Action::Wake(c)) = path.last() {
+                // The resend (or the woken attempt), run.
                 path.push(Action::Apply(c));
             }
             // (Replayed with the claimed mode as it is.)
@@ -3711,6 +3808,8 @@ mod all {
                 "lock_all resent: granted",
                 "lock_all resent: busy",
                 "lock_all claimed/resent: next: told",
+                "release: lock_all handed every key",
+                "lock_all claimed/resent: a handed key kept",
             ],
         );
         let covered = replay_walks(

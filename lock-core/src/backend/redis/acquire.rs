@@ -275,9 +275,7 @@ impl<T: Topology> RedisBackend<T> {
             } else {
                 scripts::Claimed::Claimed
             });
-            return self
-                .lock_all_attempt(&mut con, all, token, ttl, in_line, claimed)
-                .await;
+            return self.lock_all_attempt(&mut con, all, attempt, claimed).await;
         }
         let claimed = claimed.then_some((self.topology.publish(), resent));
         let at = scripts::Placed {

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -133,17 +132,18 @@ impl<T: Topology> RedisBackend<T> {
         &self,
         con: &mut T::Conn,
         all: &AllKeys,
-        token: &str,
-        ttl: Duration,
-        in_line: bool,
+        attempt: Attempt<'_>,
         claimed: Option<scripts::Claimed>,
     ) -> Result<Acquired, ScriptError> {
+        let (_, token, ttl, in_line) = attempt.parts();
         let publish = self.topology.publish();
         let names: Vec<&str> = all.keys.iter().map(|k| k.lock()).collect();
         if self.topology.same_slot(&names) {
+            // Named: in the compact form, a release may hand this waiter
+            // every key (lock_all.lua's records).
             let placed = scripts::Placed {
                 in_line,
-                sent_us: None,
+                sent_us: Some(attempt.sent_us),
                 life: self.gate.place_life(),
             };
             let form = if self.compact_lock_all() {

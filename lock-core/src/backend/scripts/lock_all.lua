@@ -18,7 +18,9 @@
 --
 -- Compact form, one server only (not Cluster): KEYS[i] the i-th lock key
 -- alone, ARGV[1..4] as above, ARGV[5] the place life (in line; '' for
--- none) and ARGV[6] (optional) the mode, below; the
+-- none), ARGV[6] (optional) the mode, below ('' for none), and ARGV[7]
+-- (optional, in line) this attempt's name (when its client sent it, in µs
+-- since its waiter started: see the record below); the
 -- fence key, line, places and channel are named from the lock key
 -- (`…:lock` → `…:fence`, `…:line`, `…:places`, `…:released`) and releases
 -- are announced with PUBLISH. (The full form is told by its ARGV[5], a
@@ -38,7 +40,10 @@
 --       waiter that joined (its '~' field's fifth part) no earlier than
 --       the key was set (its lease less its PTTL ago), as acquire.lua's
 --       resent mode judges.
--- In either mode a grant writes a fresh fencing token for every key, the
+-- In either mode a key holding the caller's token whose grant record (its
+-- places' '~' field) says 'granted' was handed to the caller by a release
+-- (below), not taken by the native step: it is kept, as a retried call
+-- keeps it. In either mode a grant writes a fresh fencing token for every key, the
 -- caller's own included (the native grant wrote none), and a call that
 -- does not grant tells the first in line of every key it took back
 -- (`next:`), as it does for a key it gives back.
@@ -73,8 +78,16 @@
 -- arrival. (The sorted order of the keys makes the calls the same for every
 -- caller; it is not what prevents the deadlock, the single call is.)
 --
--- Places are written in the plain format (until when, in server ms):
--- a lock_all waiter is never handed a single key by a release.
+-- Places are written in the plain format (until when, in server ms).
+-- Named (ARGV[7], compact form, at most 16 keys), each place gets a record
+-- beside it, '~' .. token -> '<lease ms>:<ARGV[3]>:<server ms of this
+-- attempt>:<ARGV[7]>@' then '<length>:<lock key>' for every key: a release
+-- of any of the keys hands the caller every key at once when each is free
+-- and the caller leads each line (release_lined.lua), in the release's own
+-- round trip, published as a plain handoff is (`grant:…`, one fencing
+-- token for every key). The lease is at most the place life, as for a
+-- plain waiter. A lock_all waiter is never handed a single key; without a
+-- record (Cluster, or more keys) it is told `next:` and looks itself.
 --
 -- Returns {fence1, ..., fencen}  (strings) all taken, or already ours
 --         ms        (an integer) not now; look again within ms (-1: no
@@ -98,9 +111,10 @@ if claimed then
       mine = string.sub(mine, 2)
     end
     if mine == token then
-      local resumed = false
-      if mode == '2' then
-        local base = string.sub(KEYS[i], 1, -6)
+      local base = string.sub(KEYS[i], 1, -6)
+      -- Handed over by a release: the caller's (see above).
+      local resumed = redis.pcall('HGET', base .. ':places', '~' .. token) == 'granted'
+      if not resumed and mode == '2' then
         local first = redis.pcall('LINDEX', base .. ':line', '0')
         if not first or first == token then
           resumed = true
@@ -182,3 +196,5 @@ for i = 1, n do
 end
 local publish = compact and 'PUBLISH' or ARGV[5]
 local life = tonumber((compact and ARGV[5] or ARGV[6 + n]) or '')
+-- The attempt's name (compact form): a busy reply writes the records.
+local named = compact and n <= 16 and ARGV[7] ~= '' and ARGV[7]

@@ -51,8 +51,11 @@ pub(crate) enum Claimed {
 /// recorded in `all`, the first is returned. In the compact form (one
 /// server), the lock keys alone, the other names derived from them by the
 /// script; its mode after the native free case of `lock_all_fast.rs`
-/// takes the caller's keys back first and decides again (except, resent
-/// after a lost reply, a key that was the first attempt's grant).
+/// takes the caller's keys back first and decides again (except a key a
+/// release handed over, and, resent after a lost reply, a key that was the
+/// first attempt's grant). In line in the compact form, `placed.sent_us`
+/// names the attempt: a release may then hand the caller every key at once
+/// (`grant:…`, one fencing token for all, heard on any key's channel).
 pub(crate) async fn lock_all<C: ConnectionLike>(
     con: &mut C,
     all: &AllKeys,
@@ -83,6 +86,9 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
             cmd.arg(keys.channel());
         }
     }
+    // In line in the compact form, the attempt's name (ARGV[7]): a busy
+    // reply writes the records by which a release hands every key over.
+    let name = placed.sent_us.filter(|_| compact && in_line);
     if in_line {
         cmd.arg(millis(placed.life));
     } else if claimed.is_some() {
@@ -95,7 +101,13 @@ pub(crate) async fn lock_all<C: ConnectionLike>(
         Some(Claimed::Resent) => {
             cmd.arg("2");
         }
+        None if name.is_some() => {
+            cmd.arg("");
+        }
         None => {}
+    }
+    if let Some(sent_us) = name {
+        cmd.arg(sent_us);
     }
     let reply: Value = invoke(&SCRIPT, &cmd, con).await?;
     match reply {

@@ -4,7 +4,8 @@
 -- fence, line and places), channels[i], publish, token, n, grace, life,
 -- claimed and taken_back (claimed or resent mode: a key of the caller's
 -- left by the pre-step is the first attempt's grant, and is given a fresh
--- fence; a key it took back is told about like one given back).
+-- fence; a key it took back is told about like one given back), and
+-- named (the attempt's name, compact form: the waiter's records).
 local clock
 local function now_ms()
   if not clock then
@@ -114,6 +115,7 @@ if not blocked then
       if redis.call('LINDEX', line, '0') == token then
         redis.call('LPOP', line)
         redis.call('HDEL', places, token)
+        redis.call('HDEL', places, '~' .. token)
       end
       if redis.call('LINDEX', line, '0') then
         -- Others wait: the markers, as acquire.lua writes them.
@@ -159,6 +161,7 @@ for i = 1, n do
   end
   local was_first = false
   if rejoin and redis.call('HDEL', places, token) == 1 then
+    redis.call('HDEL', places, '~' .. token)
     was_first = redis.call('LINDEX', line, '0') == token
     redis.call('LREM', line, 1, token)
   end
@@ -177,10 +180,27 @@ local keep = math.max(sleep, 0) + grace
 -- With a place life (`life`), the places lapse that soon unless their
 -- client keeps them (keep_place.lua).
 local until_ms = now_ms() + (life and math.min(keep, life) or keep)
+-- Named: the record beside each place (see lock_all.lua), the lease at
+-- most the place life.
+local record
+if named then
+  local lease = ARGV[2]
+  if life and tonumber(lease) > life then
+    lease = ARGV[5]
+  end
+  local names = {}
+  for i = 1, n do
+    names[i] = #K[4 * i - 3] .. ':' .. K[4 * i - 3]
+  end
+  record = lease .. ':' .. ARGV[3] .. ':' .. now_ms() .. ':' .. named .. '@' .. table.concat(names)
+end
 for i = 1, n do
   local lock, fence_key, line, places = K[4 * i - 3], K[4 * i - 2], K[4 * i - 1], K[4 * i]
   if redis.call('HSET', places, token, until_ms) == 1 then
     redis.call('RPUSH', line, token)
+  end
+  if record then
+    redis.call('HSET', places, '~' .. token, record)
   end
   if redis.call('PTTL', line) < keep then
     redis.call('PEXPIRE', line, keep)

@@ -8,8 +8,11 @@
 --          (then ':<server ms it joined the line>', read by acquire.lua)
 --          for a waiter of a plain lock (acquire.lua): the lease it asked
 --          for, when its last attempt ran and that attempt's name; only such
---          a place may be handed the lock; `lock_all` and family places have
---          no such field)
+--          a place may be handed the lock. A `lock_all` waiter's (compact
+--          form, lock_all.lua) is the same four parts, then '@' and
+--          '<length>:<lock key>' for every key of its call: it is handed
+--          every key at once or none (release_lined.lua). Family places, and
+--          `lock_all` places on Cluster, have no such field)
 -- KEYS[4]  the fence key (see acquire.lua)
 -- ARGV[1]  the caller's owner token
 -- ARGV[2]  keep, in milliseconds: 0 deletes the key now and announces the

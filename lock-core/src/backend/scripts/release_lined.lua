@@ -19,6 +19,69 @@ if lined then
   redis.pcall('HDEL', places, '~' .. ARGV[1])
 end
 
+-- The first in line is a `lock_all` waiter (its record, beside its place,
+-- names the lock keys of its call: lock_all.lua): hand it every key at
+-- once if each is free, its line led by the waiter with its place still
+-- kept, and its fence key readable. Every key then holds the waiter's
+-- token with the lease its record names and one fencing token (above the
+-- last of every key, at least the server clock in µs), marked where others
+-- still wait (as hand_on below writes one key); each place leaves its line
+-- and each record becomes the grant record (lock_all.lua's modes keep a
+-- key so marked). The message published, or nil (nothing written: the
+-- waiter is told `next:` and looks itself).
+local function hand_on_all(head, record, now, clock)
+  local ttl, life, seen, attempt, names =
+    string.match(record, '^(%d+):(%d+):(%d+):(%d+)@(.*)$')
+  if not names then
+    return nil
+  end
+  -- `<length>:<lock key>` for every key of the call.
+  local bases, at = {}, 1
+  while at <= #names do
+    local colon = string.find(names, ':', at, true)
+    local length = colon and tonumber(string.sub(names, at, colon - 1))
+    if not length then
+      return nil
+    end
+    bases[#bases + 1] = string.sub(names, colon + 1, colon + length - 5)
+    at = colon + length + 1
+  end
+  local fence = clock[1] .. string.rep('0', 6 - #clock[2]) .. clock[2]
+  for _, base in ipairs(bases) do
+    if redis.call('EXISTS', base .. ':lock') == 1
+        or typed('LINDEX', base .. ':line', '0') ~= head then
+      return nil
+    end
+    local kept = typed('HGET', base .. ':places', head)
+    if type(kept) ~= 'string' or (tonumber(kept) or 0) <= now then
+      return nil
+    end
+    local old = typed('GET', base .. ':fence')
+    local last = unmarked(old)
+    if type(old) == 'table' or (last and not tonumber(last)) then
+      return nil
+    end
+    if last and tonumber(last) >= tonumber(fence) then
+      fence = string.format('%d', tonumber(last) + 1)
+    end
+  end
+  for _, base in ipairs(bases) do
+    local line_i, places_i = base .. ':line', base .. ':places'
+    redis.call('LPOP', line_i)
+    redis.call('HDEL', places_i, head)
+    redis.call('HSET', places_i, '~' .. head, 'granted')
+    if redis.call('LINDEX', line_i, '0') then
+      redis.call('SET', base .. ':lock', '+' .. head, 'PX', ttl)
+      local keep = math.max(tonumber(life), redis.call('PTTL', line_i))
+      redis.call('SET', base .. ':fence', '+' .. fence, 'PX', keep)
+    else
+      redis.call('SET', base .. ':lock', head, 'PX', ttl)
+      redis.call('SET', base .. ':fence', fence, 'PX', life)
+    end
+  end
+  return 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head
+end
+
 -- Hand the free lock to the first kept place in line if it may be (see the
 -- top); the message published, or nil (nothing written).
 local function hand_on()
@@ -42,6 +105,9 @@ local function hand_on()
     return nil
   end
   local lease = redis.call('HGET', places, '~' .. head)
+  if lease and string.find(lease, '@', 1, true) then
+    return hand_on_all(head, lease, now, clock)
+  end
   local ttl, life, seen, attempt
   if lease then
     -- (A fifth part, when the waiter joined the line, is for acquire.lua.)
