@@ -538,3 +538,44 @@ async fn a_lock_all_waiter_that_missed_its_grant_keeps_its_turn() {
     mine.release().await.unwrap();
     second.await.unwrap().release().await.unwrap();
 }
+
+/// A permit handed to a waiter whose last attempt came long after it
+/// started waiting (it woke at each of the holder's lease ends, and asked
+/// again while the holder kept renewing) counts from that last attempt,
+/// as the grant names it: held at once, without another attempt. (Timed
+/// from the waiter's start instead, the handed lease would look spent and
+/// the waiter would ask again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_counts_from_the_waiters_last_attempt() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .semaphore("late", 1)
+        .ttl(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = spawn_waiter(waiter.semaphore("late", 1).ttl(SHORT));
+    until_in_line(&holder, "late", 1).await;
+    // Past the waiter's whole lease since it started: it asked again at
+    // each of the holder's lease ends meanwhile.
+    tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished());
+    let heard = grants(&server, "late", 1).await;
+    log_every_command(&server);
+    held.release().await.unwrap();
+    let fences = heard.await.unwrap();
+    let permit = waiting.await.unwrap();
+    assert_eq!(fences, vec![permit.fencing_token()]);
+    assert_eq!(
+        evalsha_of(
+            &commands_logged(&server),
+            leasehold::__private::FAMILY_ACQUIRE_SOURCE
+        ),
+        0,
+        "held as handed, without asking again"
+    );
+    permit.release().await.unwrap();
+}

@@ -261,10 +261,10 @@ impl<T: Topology> RedisBackend<T> {
     ) -> Result<Acquired, ScriptError> {
         let (keys, token, ttl, in_line) = attempt.parts();
         if keys.kind.is_shared() {
+            // (Its name, `sent_us`, is what a release's grant counts from.)
             let attempt = Attempt {
                 fast: false,
                 after_fast: false,
-                sent_us: 0,
                 ..attempt
             };
             return self.family_attempt(&mut con, attempt).await;
