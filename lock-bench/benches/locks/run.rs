@@ -3,7 +3,7 @@
 
 use marketplace::Variant;
 
-use crate::adapters::Kind;
+use crate::adapters::{Kind, Shape};
 use crate::cli::Args;
 use crate::report::Row;
 use crate::scenarios::{
@@ -172,6 +172,13 @@ pub(crate) async fn run_all(ctx: &Ctx, args: &Args, selected: &dyn Fn(&str) -> b
             }
             for &kind in &family_kinds {
                 log(family::rw(ctx, kind, rep).await, &mut rows);
+            }
+            if kinds.contains(&Kind::Leasehold) {
+                let mut shapes = [Shape::All(2), Shape::Lock];
+                shapes.rotate_left(rep % 2);
+                for shape in shapes {
+                    log(family::lock_all_busy(ctx, shape, rep).await, &mut rows);
+                }
             }
         }
         flush();

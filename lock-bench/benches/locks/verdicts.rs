@@ -437,6 +437,31 @@ pub(crate) fn family_checks(rows: &[Row], out: &mut Vec<Check>) {
             pass: Some(min * 4.0 >= max && exact),
         });
     }
+    if let (Some(all), Some(lock)) = (
+        report::find(rows, family::ALL_BUSY, "leasehold lock_all 2"),
+        report::find(rows, family::ALL_BUSY, "leasehold lock"),
+    ) {
+        let exact = matches!(all.get("exact"), Some(report::Value::B(true)));
+        let (min, max) = (
+            int(all, "min_grants_per_task"),
+            int(all, "max_grants_per_task"),
+        );
+        let per = |r: &Record, k: &str| r.get_f64(k).unwrap_or(f64::NAN);
+        out.push(Check {
+            name: "S9".into(),
+            target: "busy lock_all 2: fewest >= most / 4, exclusive (calls per grant vs a busy lock's)".into(),
+            measured: format!(
+                "{:.0} grants/s = {:.2} x a busy lock's; {:.1} calls and {:.0} us Redis CPU per grant vs {:.1} and {:.0}; fewest {min:.0}, most {max:.0} per task; exact = {exact}",
+                all.ops_per_s,
+                all.ops_per_s / lock.ops_per_s,
+                per(all, "calls_per_grant"),
+                per(all, "server_us_per_grant"),
+                per(lock, "calls_per_grant"),
+                per(lock, "server_us_per_grant"),
+            ),
+            pass: Some(min * 4.0 >= max && exact),
+        });
+    }
     if let Some(rw) = report::find(rows, family::RW, "leasehold") {
         let exact = matches!(rw.get("exact"), Some(report::Value::B(true)));
         let fair = ["reader", "writer"].iter().all(|role| {

@@ -1,7 +1,9 @@
 //! S9 the lock family: what a semaphore permit, a read share, a write and
 //! a two-key `lock_all` cost next to the plain lock when free (S2's regime:
 //! 64 tasks, each on fresh keys), and how a busy semaphore and a busy rw
-//! lock share themselves out among waiting tasks. The nearest peers are
+//! lock share themselves out among waiting tasks, and what a busy two-key
+//! `lock_all` costs per grant next to a busy plain lock (its handoff goes
+//! in the release's round trip as the lock's does). The nearest peers are
 //! distkit (mutex and rw lock) and distributed-lock-redis (lock, semaphore
 //! and rw lock); neither has a multi-key lock.
 
@@ -21,6 +23,8 @@ pub const FREE: &str = "S9 family free";
 pub const SEMAPHORE: &str = "S9 semaphore 4 of 16";
 /// The mixed rw lock's scenario.
 pub const RW: &str = "S9 rw mixed";
+/// The busy `lock_all` (and the busy lock beside it).
+pub const ALL_BUSY: &str = "S9 lock_all 2 of 8";
 
 /// Tasks of the free rows (S2's count: the commands' own cost shows).
 const FREE_TASKS: usize = 64;
@@ -30,6 +34,9 @@ const SEM_TASKS: usize = 16;
 /// Tasks on the busy rw lock; every fourth one writes.
 const RW_TASKS: usize = 16;
 const WRITER_EVERY: usize = 4;
+/// Tasks that want both keys of the busy `lock_all` (or the one key of
+/// the busy lock beside it).
+const ALL_TASKS: usize = 8;
 
 /// One free row: who, which shape, the row's name (and its key tag).
 pub struct FreeRow {
@@ -121,7 +128,7 @@ pub async fn semaphore(ctx: &Ctx, kind: Kind, rep: usize) -> Row {
         return Row::na(SEMAPHORE, kind.name(), "no semaphore");
     }
     let roles = vec![Shape::Permit(PERMITS); SEM_TASKS];
-    match busy(ctx, SEMAPHORE, kind, rep, &roles).await {
+    match busy(ctx, SEMAPHORE, kind, kind.name(), rep, &roles).await {
         Ok(record) => Row::Ok(record),
         Err(e) => Row::failed(SEMAPHORE, kind.name(), e),
     }
@@ -144,9 +151,26 @@ pub async fn rw(ctx: &Ctx, kind: Kind, rep: usize) -> Row {
             }
         })
         .collect();
-    match busy(ctx, RW, kind, rep, &roles).await {
+    match busy(ctx, RW, kind, kind.name(), rep, &roles).await {
         Ok(record) => Row::Ok(record),
         Err(e) => Row::failed(RW, kind.name(), e),
+    }
+}
+
+/// The busy `lock_all`: 8 tasks want both keys of one pair, each waiting
+/// with the library's own waiting (`imp` "leasehold lock_all 2"); beside
+/// it, the same 8 tasks on one plain lock ("leasehold lock"), so that the
+/// two handoffs' calls and CPU per grant read side by side. leasehold
+/// only: no peer has a multi-key lock.
+pub async fn lock_all_busy(ctx: &Ctx, shape: Shape, rep: usize) -> Row {
+    let imp = match shape {
+        Shape::All(_) => "leasehold lock_all 2",
+        _ => "leasehold lock",
+    };
+    let roles = vec![shape; ALL_TASKS];
+    match busy(ctx, ALL_BUSY, Kind::Leasehold, imp, rep, &roles).await {
+        Ok(record) => Row::Ok(record),
+        Err(e) => Row::failed(ALL_BUSY, imp, e),
     }
 }
 
@@ -192,7 +216,14 @@ fn spread(grants: &[(Shape, u64)], role: Shape) -> (u64, u64) {
 /// One task per entry of `roles`, all on one key for the contended window:
 /// wait (the library's own waiting), `INCR` a counter under the grant,
 /// release. ops = grants/s; p50/p99 = the wait for a grant.
-async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]) -> Res<Record> {
+async fn busy(
+    ctx: &Ctx,
+    scenario: &str,
+    kind: Kind,
+    imp: &str,
+    rep: usize,
+    roles: &[Shape],
+) -> Res<Record> {
     let base = Arc::new(ctx.adapter(kind, Settings::plain(TTL)).await?);
     let mut by_shape: Vec<(Shape, Arc<Adapter>)> = Vec::new();
     for &role in roles {
@@ -200,7 +231,11 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
             by_shape.push((role, Arc::new(base.reshaped(role)?)));
         }
     }
-    let prefix = ctx.prefix(&scenario.replace(' ', "-"), kind, rep);
+    let prefix = format!(
+        "{}:{}",
+        ctx.prefix(&scenario.replace(' ', "-"), kind, rep),
+        imp.replace(' ', "-")
+    );
     let key = format!("{prefix}:lock");
     let counter = format!("{prefix}:counter");
     let data = ctx.raw_conn().await?;
@@ -287,7 +322,7 @@ async fn busy(ctx: &Ctx, scenario: &str, kind: Kind, rep: usize, roles: &[Shape]
         .sum();
     let mut record = Record::new(
         scenario,
-        kind.name(),
+        imp,
         rate(total, window),
         waits.p50_us(),
         waits.p99_us(),
