@@ -43,7 +43,7 @@
 mod script;
 mod steps;
 
-pub use script::{AllOut, AllReply, Takes, hand_on_all, lock_all, native, release};
+pub use script::{AllHandOn, AllOut, AllReply, Takes, hand_on_all, lock_all, native, release};
 
 use stateright::Model;
 

@@ -183,6 +183,10 @@ pub struct Effects {
     /// ticks after its last attempt ran, which was sent at `sent`
     /// (`grant:<fence>:<since>:<sent>:<token>`): (token, fence, since, sent).
     pub granted: Option<(Tok, u32, Time, Time)>,
+    /// release: the first in line is a `lock_all` waiter whose other key
+    /// the caller still holds: nobody told, nothing handed (that key's
+    /// release hands every key over: `all::hand_on_all`).
+    pub deferred: bool,
 }
 
 /// What the fast acquisition's `SET lock token NX PX ttl GET` found.

@@ -3430,6 +3430,12 @@ mod all {
                                     };
                                     *self.seen.entry(what).or_default() += 1;
                                 }
+                                if effects.deferred {
+                                    *self
+                                        .seen
+                                        .entry("release: lock_all handoff left to the other key's")
+                                        .or_default() += 1;
+                                }
                                 let same = match (&real, model) {
                                     (Value::Int(0), RelReply::NotOurs)
                                     | (Value::Int(1), RelReply::Released) => true,
@@ -3777,12 +3783,19 @@ mod all {
                 three.clone(),
                 "a claimed lock_all sent for the keys a release handed it",
             ),
+            // A lock_all holder gives its keys back one by one (release.lua
+            // each): the first release leaves the waiter untold, the last
+            // hands it every key.
+            (
+                three.clone(),
+                "a lock_all holder gives its keys back to a lock_all waiter",
+            ),
         ];
         for (config, property) in cases {
             let mut path = leasehold_model::discover_all(config.clone(), property)
                 .unwrap_or_else(|| panic!("no path to \"{property}\""));
-            if let Some(&Action::Retry(c) | &Action::Wake(c)) = path.last() {
-                // The resend (or the woken attempt), run.
+            if let Some(&Action::Retry(c) | &Action::Wake(c) | &Action::Release(c)) = path.last() {
+                // The resend (or the woken attempt, or the release), run.
                 path.push(Action::Apply(c));
             }
             // (Replayed with the claimed mode as it is.)
@@ -3809,6 +3822,7 @@ mod all {
                 "lock_all resent: busy",
                 "lock_all claimed/resent: next: told",
                 "release: lock_all handed every key",
+                "release: lock_all handoff left to the other key's",
                 "lock_all claimed/resent: a handed key kept",
             ],
         );

@@ -273,14 +273,38 @@ pub fn release(
     floor: u32,
 ) -> (RelReply, Effects) {
     let (reply, mut effects) = s[k].release(token, now, None, floor);
-    if let RelReply::Next(next) = reply
-        && let Some(granted) = hand_on_all(s, k, next, now, floor)
-    {
-        effects.announced = None;
-        effects.granted = Some(granted);
-        return (RelReply::Granted(next), effects);
+    if let RelReply::Next(next) = reply {
+        match hand_on_all(s, k, next, token, now, floor) {
+            AllHandOn::Granted(granted) => {
+                effects.announced = None;
+                effects.granted = Some(granted);
+                return (RelReply::Granted(next), effects);
+            }
+            AllHandOn::Deferred => {
+                effects.announced = None;
+                effects.deferred = true;
+                return (RelReply::Released, effects);
+            }
+            AllHandOn::No => {}
+        }
     }
     (reply, effects)
+}
+
+/// What release_lined.lua's `lock_all` handoff did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllHandOn {
+    /// Every key handed over: the waiter, the fence, the ticks since its
+    /// last attempt ran, and that attempt's sending.
+    Granted((Tok, u32, Time, Time)),
+    /// Another of the waiter's keys is still the releaser's (a `lock_all`
+    /// giving its keys back one by one): nothing written and nobody told;
+    /// the release of that key hands them over.
+    Deferred,
+    /// Not now (a key held by someone else, the waiter not first in a
+    /// line or its place lapsed, not a `lock_all` waiter): the waiter is
+    /// told `next:`.
+    No,
 }
 
 /// release_lined.lua's `lock_all` handoff: the live first in key `k`'s line
@@ -290,23 +314,30 @@ pub fn release(
 /// each key's last, at least `floor`), its lease as its record says, its
 /// places gone and its records become grant records (as a plain handoff
 /// writes them), each lock and fence marked while someone else waits in
-/// that line. The waiter, the fence, the ticks since its last attempt ran,
-/// and that attempt's sending; `None` (nothing written) otherwise.
+/// that line. The locks are looked at first: one still held by the
+/// releasing `token` defers the handoff to that key's release (nothing
+/// told), one held by anyone else makes it [`AllHandOn::No`].
 pub fn hand_on_all(
     s: &mut [Server; 2],
     k: usize,
     head: Tok,
+    token: Tok,
     now: Time,
     floor: u32,
-) -> Option<(Tok, u32, Time, Time)> {
+) -> AllHandOn {
     let Some(Lease::AllWaiting(seen, sent, ttl)) = s[k].lease(head) else {
-        return None;
+        return AllHandOn::No;
     };
+    if s.iter()
+        .any(|key| key.lock.is_some_and(|l| l.owner == token))
+    {
+        return AllHandOn::Deferred;
+    }
     let mut fence = floor;
     for key in s.iter() {
         let kept = key.place(head).is_some_and(|until| until > now);
         if key.lock.is_some() || key.line.first() != Some(&head) || !kept {
-            return None;
+            return AllHandOn::No;
         }
         if let Some(last) = key.fence.map(|f| f.value)
             && last >= fence
@@ -333,5 +364,5 @@ pub fn hand_on_all(
         });
         key.tidy();
     }
-    Some((head, fence, now.saturating_sub(seen), sent))
+    AllHandOn::Granted((head, fence, now.saturating_sub(seen), sent))
 }

@@ -477,6 +477,35 @@ impl Model for LockAll {
                 },
             ),
             Property::sometimes(
+                "a lock_all holder gives its keys back to a lock_all waiter",
+                |m: &LockAll, w: &AllWorld| {
+                    let both = |i: usize| m.config.clients[i] == Takes::Both;
+                    w.clients.iter().enumerate().any(|(i, c)| {
+                        let t = c.token(i as u8);
+                        both(i)
+                            && matches!(
+                                c.phase,
+                                AllPhase::Releasing {
+                                    flight: Flight::Sent
+                                }
+                            )
+                            && w.keys.iter().all(|k| k.lock.is_some_and(|l| l.owner == t))
+                            && w.clients.iter().enumerate().any(|(j, d)| {
+                                let u = d.token(j as u8);
+                                both(j)
+                                    && j != i
+                                    && w.keys.iter().all(|k| {
+                                        k.line.first() == Some(&u)
+                                            && matches!(
+                                                k.lease(u),
+                                                Some(crate::scripts::Lease::AllWaiting(..))
+                                            )
+                                    })
+                            })
+                    })
+                },
+            ),
+            Property::sometimes(
                 "a claimed lock_all sent for the keys a release handed it",
                 |_, w: &AllWorld| {
                     w.clients.iter().enumerate().any(|(i, c)| {
