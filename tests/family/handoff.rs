@@ -579,3 +579,65 @@ async fn a_grant_counts_from_the_waiters_last_attempt() {
     );
     permit.release().await.unwrap();
 }
+
+/// A `lock_all` holder gives its keys back (each through `release.lua`:
+/// someone waits in their lines) to a `lock_all` waiter of the same keys
+/// in another process: the release of the first key tells nobody (the
+/// waiter could only find the other key still held), the last one hands
+/// the waiter every key. The waiter hears one message, its grant, and
+/// sends nothing before it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_gives_its_keys_back_to_a_lock_all_waiter_in_one_grant() {
+    use leasehold::__private::LOCK_ALL_SOURCE;
+
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder
+        .lock_all(["da", "db"])
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = spawn_waiter(other.lock_all(["da", "db"]).ttl(SHORT));
+    until_lined(&server, "da", 1).await;
+    until_lined(&server, "db", 1).await;
+
+    // Every message on either key's channel until the grant.
+    let url = server.url();
+    let (subscribed, ready) = tokio::sync::oneshot::channel();
+    let heard = tokio::task::spawn_blocking(move || {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut pubsub = con.as_pubsub();
+        pubsub.subscribe("leasehold:{da}:released").unwrap();
+        pubsub.subscribe("leasehold:{db}:released").unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        subscribed.send(()).unwrap();
+        let mut told: Vec<String> = Vec::new();
+        while !told.last().is_some_and(|m| m.starts_with("grant:")) {
+            let message = pubsub.get_message().expect("the grant was published");
+            told.push(message.get_payload().unwrap());
+        }
+        told
+    });
+    ready.await.unwrap();
+    log_every_command(&server);
+    held.release().await.unwrap();
+    let told = heard.await.unwrap();
+    let all = waiting.await.unwrap();
+    assert_eq!(told.len(), 1, "one message, the grant: {told:?}");
+    assert!(told[0].starts_with(&format!("grant:{}:", all.fencing_token())));
+    assert_eq!(
+        evalsha_of(&commands_logged(&server), LOCK_ALL_SOURCE),
+        0,
+        "the waiter sent nothing before it held"
+    );
+    assert_eq!(all.fencing_token_of("da"), Some(all.fencing_token()));
+    assert_eq!(all.fencing_token_of("db"), Some(all.fencing_token()));
+    all.release().await.unwrap();
+}

@@ -58,6 +58,9 @@
 -- `grant:<fence>:<ms since the waiter's last attempt ran>:<that attempt's
 -- name>:<token>`: its client has the lock without another round trip,
 -- valid from that attempt's sending plus those ms. Places that lapsed are dropped on the way.
+-- A `lock_all` waiter first in line whose other key the caller still holds
+-- (a `lock_all` giving its keys back one by one) is told nothing: that
+-- key's release hands it every key (reply 1).
 -- Otherwise the message is `next:<token>` naming the first in line, whose
 -- client wakes just that waiter, or `free:<released token>` when nobody
 -- waits in line.

@@ -28,7 +28,11 @@ end
 -- still wait (as hand_on below writes one key); each place leaves its line
 -- and each record becomes the grant record (lock_all.lua's modes keep a
 -- key so marked). The message published, or nil (nothing written: the
--- waiter is told `next:` and looks itself).
+-- waiter is told `next:` and looks itself), or false when another of the
+-- keys still holds the caller's token (a `lock_all` giving its keys back
+-- one by one: that key's release hands them over; nobody is told now, as
+-- the waiter could only find that key held). The locks are looked at
+-- first, before anything else is read.
 local function hand_on_all(head, record, now, clock)
   local ttl, life, seen, attempt, names =
     string.match(record, '^(%d+):(%d+):(%d+):(%d+)@(.*)$')
@@ -46,10 +50,25 @@ local function hand_on_all(head, record, now, clock)
     bases[#bases + 1] = string.sub(names, colon + 1, colon + length - 5)
     at = colon + length + 1
   end
+  local held = false
+  for _, base in ipairs(bases) do
+    local holder = typed('GET', base .. ':lock')
+    if type(holder) == 'table' then
+      return nil
+    end
+    if holder then
+      if unmarked(holder) == ARGV[1] then
+        return false
+      end
+      held = true
+    end
+  end
+  if held then
+    return nil
+  end
   local fence = clock[1] .. string.rep('0', 6 - #clock[2]) .. clock[2]
   for _, base in ipairs(bases) do
-    if redis.call('EXISTS', base .. ':lock') == 1
-        or typed('LINDEX', base .. ':line', '0') ~= head then
+    if typed('LINDEX', base .. ':line', '0') ~= head then
       return nil
     end
     local kept = typed('HGET', base .. ':places', head)
@@ -141,6 +160,9 @@ end
 
 if keep == 0 and not (compact and ARGV[3] == '1') and (compact or ARGV[5] == '0') then
   local granted = hand_on()
+  if granted == false then
+    return 1
+  end
   if granted then
     if compact then
       redis.call('PUBLISH', sibling(':released'), granted)
