@@ -663,6 +663,15 @@ impl Server {
             Some(last) if last >= floor => last + 1,
             _ => floor,
         };
+        self.hand_to(head, fence, now + ttl);
+        Some((head, fence, now.saturating_sub(seen), sent))
+    }
+
+    /// A handoff's writes to this key (release_lined.lua's `hand_to`): the
+    /// first in line, `head`, leaves the line, its field becomes the grant
+    /// record, the lock holds its token until `exp` and the fence key
+    /// `fence`, both marked while someone else waits.
+    pub(crate) fn hand_to(&mut self, head: Tok, fence: u32, exp: Time) {
         self.lpop();
         self.remove_place(head);
         self.set_lease(head, Lease::Granted);
@@ -670,7 +679,7 @@ impl Server {
         self.lock = Some(LockVal {
             owner: head,
             marked,
-            exp: now + ttl,
+            exp,
             fast: false,
             handed: true,
         });
@@ -680,7 +689,6 @@ impl Server {
             exp: Exp::Long,
         });
         self.tidy();
-        Some((head, fence, now.saturating_sub(seen), sent))
     }
 
     /// renew.lua for one lease.

@@ -1,9 +1,7 @@
 //! `lock_all.lua` over two keys, branch by branch, and what a client of
 //! the model takes.
 
-use crate::scripts::{
-    Effects, Exp, FenceVal, LEASE, Lease, LockVal, Mode, RelReply, Server, SetNx, Time, Tok,
-};
+use crate::scripts::{Effects, LEASE, Lease, Mode, RelReply, Server, SetNx, Time, Tok};
 
 /// What a client takes: both keys, or one key's plain lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -346,23 +344,7 @@ pub fn hand_on_all(
         }
     }
     for key in s.iter_mut() {
-        key.lpop();
-        key.remove_place(head);
-        key.set_lease(head, Lease::Granted);
-        let marked = !key.line.is_empty();
-        key.lock = Some(LockVal {
-            owner: head,
-            marked,
-            exp: now + ttl,
-            fast: false,
-            handed: true,
-        });
-        key.fence = Some(FenceVal {
-            value: fence,
-            marked,
-            exp: Exp::Long,
-        });
-        key.tidy();
+        key.hand_to(head, fence, now + ttl);
     }
     AllHandOn::Granted((head, fence, now.saturating_sub(seen), sent))
 }

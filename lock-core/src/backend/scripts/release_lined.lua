@@ -19,6 +19,25 @@ if lined then
   redis.pcall('HDEL', places, '~' .. ARGV[1])
 end
 
+-- A handoff's writes to one lock (its names given): the first in line,
+-- `head`, leaves the line and its '~' field becomes the grant record; the
+-- lock holds its token for `ttl` ms and the fence key `fence`, both with
+-- the marker while someone else waits (the fence then living as long as
+-- the line, at least `life` ms).
+local function hand_to(lock, fence_key, line_key, places_key, head, ttl, life, fence)
+  redis.call('LPOP', line_key)
+  redis.call('HDEL', places_key, head)
+  redis.call('HSET', places_key, '~' .. head, 'granted')
+  if redis.call('LINDEX', line_key, '0') then
+    redis.call('SET', lock, '+' .. head, 'PX', ttl)
+    local keep = math.max(tonumber(life), redis.call('PTTL', line_key))
+    redis.call('SET', fence_key, '+' .. fence, 'PX', keep)
+  else
+    redis.call('SET', lock, head, 'PX', ttl)
+    redis.call('SET', fence_key, fence, 'PX', life)
+  end
+end
+
 -- The first in line is a `lock_all` waiter (its record, beside its place,
 -- names the lock keys of its call: lock_all.lua): hand it every key at
 -- once if each is free, its line led by the waiter with its place still
@@ -85,18 +104,8 @@ local function hand_on_all(head, record, now, clock)
     end
   end
   for _, base in ipairs(bases) do
-    local line_i, places_i = base .. ':line', base .. ':places'
-    redis.call('LPOP', line_i)
-    redis.call('HDEL', places_i, head)
-    redis.call('HSET', places_i, '~' .. head, 'granted')
-    if redis.call('LINDEX', line_i, '0') then
-      redis.call('SET', base .. ':lock', '+' .. head, 'PX', ttl)
-      local keep = math.max(tonumber(life), redis.call('PTTL', line_i))
-      redis.call('SET', base .. ':fence', '+' .. fence, 'PX', keep)
-    else
-      redis.call('SET', base .. ':lock', head, 'PX', ttl)
-      redis.call('SET', base .. ':fence', fence, 'PX', life)
-    end
+    hand_to(base .. ':lock', base .. ':fence', base .. ':line', base .. ':places',
+      head, ttl, life, fence)
   end
   return 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head
 end
@@ -144,17 +153,7 @@ local function hand_on()
   if last and tonumber(last) >= tonumber(fence) then
     fence = string.format('%d', tonumber(last) + 1)
   end
-  redis.call('LPOP', line)
-  redis.call('HDEL', places, head)
-  redis.call('HSET', places, '~' .. head, 'granted')
-  if redis.call('LINDEX', line, '0') then
-    redis.call('SET', KEYS[1], '+' .. head, 'PX', ttl)
-    local keep = math.max(tonumber(life), redis.call('PTTL', line))
-    redis.call('SET', fence_key, '+' .. fence, 'PX', keep)
-  else
-    redis.call('SET', KEYS[1], head, 'PX', ttl)
-    redis.call('SET', fence_key, fence, 'PX', life)
-  end
+  hand_to(KEYS[1], fence_key, line, places, head, ttl, life, fence)
   return 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head
 end
 
